@@ -1,0 +1,152 @@
+/* hvdlite: the one C ABI between the Python side and the native core.
+ *
+ * The core knows nothing about Python or frameworks: callers hand it pointers, dtypes and shapes,
+ * get a handle back at once, and collect the result (or the error) through that handle.
+ * Every function is safe to call from any thread; only the core's background thread calls MPI.
+ * This header is also fed to cffi's cdef, so it holds no preprocessor logic beyond the guards. */
+#ifndef HVDLITE_H
+#define HVDLITE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types. Half types (float16, bfloat16) are reduced through float32. */
+enum hvdlite_dtype {
+  HVDLITE_UINT8 = 0,
+  HVDLITE_INT8 = 1,
+  HVDLITE_INT16 = 2,
+  HVDLITE_INT32 = 3,
+  HVDLITE_INT64 = 4,
+  HVDLITE_FLOAT16 = 5,
+  HVDLITE_BFLOAT16 = 6,
+  HVDLITE_FLOAT32 = 7,
+  HVDLITE_FLOAT64 = 8,
+  HVDLITE_BOOL = 9
+};
+
+/* Reduction operators, numbered as Horovod numbers them. */
+enum hvdlite_reduce_op {
+  HVDLITE_OP_AVERAGE = 0,
+  HVDLITE_OP_SUM = 1,
+  HVDLITE_OP_ADASUM = 2,
+  HVDLITE_OP_MIN = 3,
+  HVDLITE_OP_MAX = 4,
+  HVDLITE_OP_PRODUCT = 5
+};
+
+enum hvdlite_collective {
+  HVDLITE_ALLREDUCE = 0,
+  HVDLITE_ALLGATHER = 1,
+  HVDLITE_BROADCAST = 2,
+  HVDLITE_ALLTOALL = 3,
+  HVDLITE_REDUCESCATTER = 4,
+  HVDLITE_BARRIER = 5,
+  HVDLITE_JOIN = 6
+};
+
+enum hvdlite_allreduce_algorithm {
+  HVDLITE_ALGORITHM_AUTO = 0,
+  HVDLITE_ALGORITHM_RING = 1,
+  HVDLITE_ALGORITHM_MPI = 2
+};
+
+/* Settings resolved by the Python configuration table (hvdlite/config.py) and handed over at init. */
+typedef struct {
+  int64_t fusion_threshold_bytes;   /* 0 disables fusion */
+  double cycle_time_ms;             /* longest idle wait between negotiation rounds */
+  int32_t cache_capacity;           /* response cache entries; 0 disables the fast path */
+  double stall_check_seconds;       /* warn about stalled tensors after this; 0 disables */
+  double stall_shutdown_seconds;    /* fail stalled tensors after this; 0 never */
+  int32_t allreduce_algorithm;      /* enum hvdlite_allreduce_algorithm */
+  int64_t ring_segment_bytes;       /* pipelining segment of the ring */
+  int64_t auto_ring_min_bytes;      /* auto: ring from this many bytes, MPI below */
+  int32_t log_level;                /* 0 trace, 1 debug, 2 info, 3 warning, 4 error, 5 fatal */
+  const char *timeline_path;        /* NULL or "" for none */
+  int32_t timeline_mark_cycles;
+  int32_t autotune;                 /* tune fusion threshold and cycle time online */
+  const char *autotune_log;         /* CSV of autotune trials, NULL or "" for none */
+} hvdlite_config;
+
+/* One request: what a rank contributes to one named collective. */
+typedef struct {
+  int32_t collective;        /* enum hvdlite_collective */
+  const char *name;          /* identifies the tensor across ranks; unique while in flight */
+  int32_t dtype;             /* enum hvdlite_dtype */
+  int32_t ndim;
+  const int64_t *shape;
+  const void *input;
+  void *output;              /* caller-allocated for allreduce, broadcast, reducescatter (may equal input);
+                                NULL for allgather and alltoall, whose output the core allocates */
+  int32_t reduce_op;         /* enum hvdlite_reduce_op */
+  double prescale_factor;
+  double postscale_factor;
+  int32_t root_rank;         /* broadcast: rank within the process set */
+  const int32_t *splits;     /* alltoall: rows sent to each rank of the set; NULL means equal */
+  int32_t process_set_id;    /* 0 is the global set */
+} hvdlite_request;
+
+typedef int64_t hvdlite_handle;
+
+/* Lifecycle. comm_address is the address of an MPI_Comm (mpi4py: MPI._addressof(comm)) or NULL for
+ * MPI_COMM_WORLD. MPI must already be initialised (by mpi4py). Returns 0, or nonzero with a message. */
+int hvdlite_init(const hvdlite_config *config, const void *comm_address, char *error, int error_len);
+void hvdlite_shutdown(void);
+int hvdlite_is_initialized(void);
+
+int hvdlite_rank(void);
+int hvdlite_size(void);
+int hvdlite_local_rank(void);
+int hvdlite_local_size(void);
+int hvdlite_cross_rank(void);
+int hvdlite_cross_size(void);
+int hvdlite_mpi_threads_supported(void);
+
+/* Process sets: every rank of the job calls add/remove with the same arguments, in the same order.
+ * add returns a handle whose result (hvdlite_handle_result) is the new set's id. */
+hvdlite_handle hvdlite_add_process_set(const int32_t *ranks, int32_t nranks, char *error, int error_len);
+hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, int error_len);
+/* Fills ranks (global ranks) up to capacity; returns the set's size or -1 if there is no such set. */
+int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t capacity);
+/* This rank's rank inside the set, or -1 if it is not a member or there is no such set. */
+int hvdlite_process_set_rank(int32_t process_set_id);
+
+/* Enqueue returns at once. A positive handle on success; on a request that can never run (bad dtype,
+ * name already in flight, core not running) it returns a negative code and fills error:
+ * -1 invalid argument, -2 duplicate name in flight, -3 not initialised or shut down. */
+hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int error_len);
+/* Enqueues several requests that must be executed together (fused where their types allow).
+ * handles receives count handles; returns 0 or a negative code as above (then nothing is enqueued). */
+int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles,
+                          char *error, int error_len);
+
+/* 1 done (successfully or not), 0 pending, -1 unknown handle. */
+int hvdlite_poll(hvdlite_handle handle);
+/* Blocks until done (callers release the GIL). 0 on success, 1 on error, -1 unknown handle. */
+int hvdlite_wait(hvdlite_handle handle);
+/* Copies the error message of a failed handle; returns its length (0 when there is none). */
+int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len);
+/* Integer result of the handle: join -> last rank to join; add_process_set -> new id. */
+int64_t hvdlite_handle_result(hvdlite_handle handle);
+/* Output allocated by the core (allgather, alltoall): shape and bytes, valid until release. */
+int hvdlite_handle_output_ndim(hvdlite_handle handle);
+int hvdlite_handle_output_shape(hvdlite_handle handle, int64_t *shape, int32_t capacity);
+const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes);
+/* alltoall: rows received from each rank. Returns the count written or -1. */
+int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32_t capacity);
+void hvdlite_release(hvdlite_handle handle);
+
+/* Timeline at run time; path is only written on the coordinator (rank 0 of the global set). */
+int hvdlite_start_timeline(const char *path, int mark_cycles);
+int hvdlite_stop_timeline(void);
+
+/* Copies the last log line the core wrote at warning level or above (for tests); returns its length. */
+int hvdlite_last_warning(char *buffer, int buffer_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVDLITE_H */

@@ -1,0 +1,13 @@
+// The MPI library's own MPI_Allreduce (best for small messages: tuned latency-optimal algorithms).
+#pragma once
+#include "allreduce_algorithm.h"
+
+namespace hvdlite {
+
+class MpiAllreduce : public AllreduceAlgorithm {
+ public:
+  const char *name() const override { return "mpi"; }
+  void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) override;
+};
+
+}  // namespace hvdlite

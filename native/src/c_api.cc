@@ -1,0 +1,207 @@
+// The C ABI (include/hvdlite.h): converts C structs to the core's types and back. Nothing else.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core.h"
+#include "hvdlite.h"
+#include "logging.h"
+
+using namespace hvdlite;
+
+namespace {
+
+void CopyError(const std::string &message, char *buffer, int length) {
+  if (!buffer || length <= 0) return;
+  size_t n = std::min(message.size(), static_cast<size_t>(length - 1));
+  std::memcpy(buffer, message.data(), n);
+  buffer[n] = '\0';
+}
+
+std::string OrEmpty(const char *s) { return s ? s : ""; }
+
+bool ToEntry(const hvdlite_request &r, Entry *e, std::string *error) {
+  if (!r.name || !*r.name) { *error = "a request needs a non-empty name"; return false; }
+  if (!IsValidDataType(r.dtype)) {
+    *error = "Unsupported dtype code " + std::to_string(r.dtype) + " for tensor '" + std::string(r.name) + "'";
+    return false;
+  }
+  if (r.collective < HVDLITE_ALLREDUCE || r.collective > HVDLITE_JOIN || r.ndim < 0 || (r.ndim > 0 && !r.shape)) {
+    *error = "Malformed request for tensor '" + std::string(r.name) + "'";
+    return false;
+  }
+  e->request.name = r.name;
+  e->request.collective = static_cast<Collective>(r.collective);
+  e->request.dtype = static_cast<DataType>(r.dtype);
+  e->request.op = static_cast<ReduceOp>(r.reduce_op);
+  e->request.prescale = r.prescale_factor;
+  e->request.postscale = r.postscale_factor;
+  e->request.root_rank = r.root_rank;
+  e->request.shape.assign(r.shape, r.shape + r.ndim);
+  e->process_set_id = r.process_set_id;
+  e->input = r.input;
+  e->output = r.output;
+  if (r.collective == HVDLITE_ALLTOALL && r.splits) {
+    int32_t n = 0;
+    std::vector<int32_t> published;
+    n = Core::Get().ProcessSetRanks(r.process_set_id, &published);
+    if (n > 0) e->splits.assign(r.splits, r.splits + n);
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error, int error_len) {
+  Settings s;
+  s.fusion_threshold_bytes = c->fusion_threshold_bytes;
+  s.cycle_time_ms = c->cycle_time_ms > 0 ? c->cycle_time_ms : 1.0;
+  s.cache_capacity = std::max(0, c->cache_capacity);
+  s.negotiation.stall_check_seconds = c->stall_check_seconds;
+  s.negotiation.stall_shutdown_seconds = c->stall_shutdown_seconds;
+  s.algorithms.algorithm = c->allreduce_algorithm;
+  s.algorithms.ring_segment_bytes = c->ring_segment_bytes;
+  s.algorithms.auto_ring_min_bytes = c->auto_ring_min_bytes;
+  s.log_level = c->log_level;
+  s.timeline_path = OrEmpty(c->timeline_path);
+  s.timeline_mark_cycles = c->timeline_mark_cycles != 0;
+  std::string message;
+  if (!Core::Get().Init(s, static_cast<const MPI_Comm *>(comm_address), &message)) {
+    CopyError(message, error, error_len);
+    return 1;
+  }
+  return 0;
+}
+
+void hvdlite_shutdown(void) { Core::Get().Shutdown(); }
+int hvdlite_is_initialized(void) { return Core::Get().running() ? 1 : 0; }
+int hvdlite_rank(void) { return Core::Get().topology().rank; }
+int hvdlite_size(void) { return Core::Get().topology().size; }
+int hvdlite_local_rank(void) { return Core::Get().topology().local_rank; }
+int hvdlite_local_size(void) { return Core::Get().topology().local_size; }
+int hvdlite_cross_rank(void) { return Core::Get().topology().cross_rank; }
+int hvdlite_cross_size(void) { return Core::Get().topology().cross_size; }
+int hvdlite_mpi_threads_supported(void) { return Core::Get().topology().threads_supported ? 1 : 0; }
+
+hvdlite_handle hvdlite_add_process_set(const int32_t *ranks, int32_t nranks, char *error, int error_len) {
+  std::vector<int32_t> sorted(ranks, ranks + std::max(0, nranks));
+  std::sort(sorted.begin(), sorted.end());
+  int size = Core::Get().topology().size;
+  std::string message;
+  if (sorted.empty() || sorted.front() < 0 || sorted.back() >= size ||
+      std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    CopyError("process set ranks must be distinct ranks in [0, " + std::to_string(size) + ")", error, error_len);
+    return -1;
+  }
+  hvdlite_handle h = Core::Get().EnqueueProcessSetChange(Collective::kAddProcessSet, sorted, &message);
+  if (h < 0) CopyError(message, error, error_len);
+  return h;
+}
+
+hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, int error_len) {
+  std::string message;
+  hvdlite_handle h = Core::Get().EnqueueProcessSetChange(Collective::kRemoveProcessSet, {process_set_id}, &message);
+  if (h < 0) CopyError(message, error, error_len);
+  return h;
+}
+
+int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t capacity) {
+  std::vector<int32_t> members;
+  int n = Core::Get().ProcessSetRanks(process_set_id, &members);
+  for (int i = 0; i < n && i < capacity; ++i) ranks[i] = members[i];
+  return n;
+}
+
+int hvdlite_process_set_rank(int32_t process_set_id) { return Core::Get().ProcessSetRank(process_set_id); }
+
+int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error,
+                          int error_len) {
+  std::vector<Entry> entries(std::max(0, count));
+  std::string message;
+  for (int32_t i = 0; i < count; ++i) {
+    if (!ToEntry(requests[i], &entries[i], &message)) {
+      CopyError(message, error, error_len);
+      return -1;
+    }
+  }
+  int code = Core::Get().Enqueue(std::move(entries), handles, &message);
+  if (code != 0) CopyError(message, error, error_len);
+  return code;
+}
+
+hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int error_len) {
+  hvdlite_handle handle = 0;
+  int code = hvdlite_enqueue_group(request, 1, &handle, error, error_len);
+  return code == 0 ? handle : code;
+}
+
+int hvdlite_poll(hvdlite_handle handle) { return Core::Get().handles().Poll(handle); }
+int hvdlite_wait(hvdlite_handle handle) { return Core::Get().handles().Wait(handle); }
+
+int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {
+  int length = 0;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    CopyError(s.error, buffer, buffer_len);
+    length = static_cast<int>(s.error.size());
+  });
+  return length;
+}
+
+int64_t hvdlite_handle_result(hvdlite_handle handle) {
+  int64_t result = 0;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) { result = s.result; });
+  return result;
+}
+
+int hvdlite_handle_output_ndim(hvdlite_handle handle) {
+  int ndim = -1;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) { ndim = static_cast<int>(s.output_shape.size()); });
+  return ndim;
+}
+
+int hvdlite_handle_output_shape(hvdlite_handle handle, int64_t *shape, int32_t capacity) {
+  int ndim = -1;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    ndim = static_cast<int>(s.output_shape.size());
+    for (int i = 0; i < ndim && i < capacity; ++i) shape[i] = s.output_shape[i];
+  });
+  return ndim;
+}
+
+const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes) {
+  const void *data = nullptr;
+  *nbytes = 0;
+  // The vector is not touched again until release, so the pointer stays valid after the lock.
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    data = s.output.data();
+    *nbytes = static_cast<int64_t>(s.output.size());
+  });
+  return data;
+}
+
+int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32_t capacity) {
+  int n = -1;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    n = static_cast<int>(s.received_splits.size());
+    for (int i = 0; i < n && i < capacity; ++i) splits[i] = s.received_splits[i];
+  });
+  return n;
+}
+
+void hvdlite_release(hvdlite_handle handle) { Core::Get().handles().Release(handle); }
+
+int hvdlite_start_timeline(const char *path, int mark_cycles) {
+  return Core::Get().RequestTimeline(OrEmpty(path), mark_cycles != 0) ? 0 : 1;
+}
+
+int hvdlite_stop_timeline(void) { return Core::Get().RequestTimeline("", false) ? 0 : 1; }
+
+int hvdlite_last_warning(char *buffer, int buffer_len) {
+  std::string w = LastWarning();
+  CopyError(w, buffer, buffer_len);
+  return static_cast<int>(w.size());
+}
+
+}  // extern "C"

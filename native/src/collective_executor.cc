@@ -1,0 +1,204 @@
+#include "collective_executor.h"
+
+#include <climits>
+#include <cstring>
+#include <numeric>
+
+#include "mpi_types.h"
+#include "reduce_kernels.h"
+
+namespace hvdlite {
+namespace {
+
+int64_t RowElements(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+// Applies postscale and the average's division to a finished reduction.
+void Finish(void *out, const void *reduced, int64_t count, const Request &spec, int32_t set_size) {
+  bool average = spec.op == ReduceOp::kAverage;
+  if (IsFloatingPoint(spec.dtype)) {
+    ScaleCopy(out, reduced, count, spec.dtype, spec.postscale / (average ? set_size : 1));
+  } else {
+    if (out != reduced) std::memcpy(out, reduced, count * DataTypeSize(spec.dtype));
+    if (average) DivideIntegers(out, count, spec.dtype, set_size);
+  }
+}
+
+bool FitsInt(int64_t v) { return v <= INT_MAX; }
+
+}  // namespace
+
+CollectiveExecutor::CollectiveExecutor(const AlgorithmSettings &settings, Timeline &timeline)
+    : settings_(settings), timeline_(timeline), ring_(settings.ring_segment_bytes) {}
+
+AllreduceAlgorithm &CollectiveExecutor::Choose(int64_t bytes) {
+  switch (settings_.algorithm) {
+    case HVDLITE_ALGORITHM_RING: return ring_;
+    case HVDLITE_ALGORITHM_MPI: return mpi_;
+    default: return bytes >= settings_.auto_ring_min_bytes ? static_cast<AllreduceAlgorithm &>(ring_) : mpi_;
+  }
+}
+
+void CollectiveExecutor::Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start) {
+  if (!timeline_.active()) return;
+  auto end = Clock::now();
+  for (const Entry *e : locals) {
+    if (e) timeline_.Record(e->request.name, phase, start, end);
+  }
+}
+
+std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch &batch,
+                                        const std::vector<Entry *> &locals) {
+  CommContext ctx{set.comm, set.rank, set.size};
+  const Response &head = *batch.parts.front();
+  auto start = Clock::now();
+  std::string error;
+  switch (head.spec.collective) {
+    case Collective::kAllreduce: return Allreduce(ctx, batch, locals);
+    case Collective::kAllgather: error = Allgather(ctx, head, *locals[0]); break;
+    case Collective::kBroadcast: error = Broadcast(ctx, head, *locals[0]); break;
+    case Collective::kAlltoall: error = Alltoall(ctx, head, *locals[0]); break;
+    case Collective::kReducescatter: error = Reducescatter(ctx, head, *locals[0]); break;
+    case Collective::kBarrier: MPI_Barrier(ctx.comm); break;
+    default: error = "internal error: unexpected collective in a batch"; break;
+  }
+  Record(locals, CollectiveName(head.spec.collective), start);
+  return error;
+}
+
+std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBatch &batch,
+                                          const std::vector<Entry *> &locals) {
+  const Request &spec = batch.parts.front()->spec;
+  const size_t element = DataTypeSize(spec.dtype);
+  const int64_t total = batch.total_bytes / static_cast<int64_t>(element);
+  AllreduceAlgorithm &algorithm = Choose(batch.total_bytes);
+
+  // One tensor that this rank holds: reduce in its output directly, no fusion-buffer copies.
+  if (batch.parts.size() == 1 && locals[0]) {
+    Entry &e = *locals[0];
+    ScaleCopy(e.output, e.input, total, spec.dtype, spec.prescale);
+    auto start = Clock::now();
+    algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
+    Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
+    Finish(e.output, e.output, total, spec, ctx.size);
+    return "";
+  }
+
+  auto start = Clock::now();
+  if (static_cast<int64_t>(fusion_buffer_.size()) < batch.total_bytes) fusion_buffer_.resize(batch.total_bytes);
+  uint8_t *buffer = fusion_buffer_.data();
+  int64_t offset = 0;
+  for (size_t i = 0; i < batch.parts.size(); ++i) {
+    int64_t count = batch.parts[i]->spec.NumElements();
+    if (locals[i]) ScaleCopy(buffer + offset, locals[i]->input, count, spec.dtype, spec.prescale);
+    else std::memset(buffer + offset, 0, count * element);  // joined rank: contributes zeros
+    offset += count * static_cast<int64_t>(element);
+  }
+  Record(locals, "MEMCPY_IN_FUSION_BUFFER", start);
+
+  start = Clock::now();
+  algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
+  Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
+
+  start = Clock::now();
+  offset = 0;
+  for (size_t i = 0; i < batch.parts.size(); ++i) {
+    int64_t count = batch.parts[i]->spec.NumElements();
+    if (locals[i]) Finish(locals[i]->output, buffer + offset, count, spec, ctx.size);
+    offset += count * static_cast<int64_t>(element);
+  }
+  Record(locals, "MEMCPY_OUT_FUSION_BUFFER", start);
+  return "";
+}
+
+std::string CollectiveExecutor::Allgather(const CommContext &ctx, const Response &response, Entry &local) {
+  const Request &spec = response.spec;
+  const int64_t row_bytes = RowElements(local.request.shape) * static_cast<int64_t>(DataTypeSize(spec.dtype));
+  std::vector<int> counts(ctx.size), displacements(ctx.size);
+  int64_t total_rows = 0, offset = 0;
+  for (int r = 0; r < ctx.size; ++r) {
+    int64_t bytes = response.first_dims[r] * row_bytes;
+    if (!FitsInt(bytes) || !FitsInt(offset)) return "allgather of tensor '" + spec.name + "' exceeds 2 GiB";
+    counts[r] = static_cast<int>(bytes);
+    displacements[r] = static_cast<int>(offset);
+    offset += bytes;
+    total_rows += response.first_dims[r];
+  }
+  local.core_output.resize(offset);
+  MPI_Allgatherv(local.input, counts[ctx.rank], MPI_BYTE, local.core_output.data(), counts.data(),
+                 displacements.data(), MPI_BYTE, ctx.comm);
+  local.output_shape = local.request.shape;
+  local.output_shape[0] = total_rows;
+  return "";
+}
+
+std::string CollectiveExecutor::Broadcast(const CommContext &ctx, const Response &response, Entry &local) {
+  const int64_t bytes = local.request.NumElements() * static_cast<int64_t>(DataTypeSize(response.spec.dtype));
+  auto *out = static_cast<uint8_t *>(local.output);
+  if (ctx.rank == response.spec.root_rank && local.output != local.input) std::memcpy(out, local.input, bytes);
+  const int64_t kMax = INT_MAX;
+  for (int64_t start = 0; start < bytes; start += kMax) {
+    MPI_Bcast(out + start, static_cast<int>(std::min(kMax, bytes - start)), MPI_BYTE, response.spec.root_rank, ctx.comm);
+  }
+  return "";
+}
+
+std::string CollectiveExecutor::Alltoall(const CommContext &ctx, const Response &response, Entry &local) {
+  const Request &spec = local.request;
+  const int64_t row_bytes = RowElements(spec.shape) * static_cast<int64_t>(DataTypeSize(spec.dtype));
+  std::vector<int32_t> send_rows = local.splits;
+  if (send_rows.empty()) send_rows.assign(ctx.size, static_cast<int32_t>(spec.shape[0] / ctx.size));
+  std::vector<int32_t> recv_rows(ctx.size);
+  MPI_Alltoall(send_rows.data(), 1, MPI_INT32_T, recv_rows.data(), 1, MPI_INT32_T, ctx.comm);
+  std::vector<int> send_counts(ctx.size), send_displs(ctx.size), recv_counts(ctx.size), recv_displs(ctx.size);
+  int64_t send_offset = 0, recv_offset = 0, total_rows = 0;
+  for (int r = 0; r < ctx.size; ++r) {
+    int64_t sb = send_rows[r] * row_bytes, rb = recv_rows[r] * row_bytes;
+    if (!FitsInt(send_offset + sb) || !FitsInt(recv_offset + rb)) {
+      return "alltoall of tensor '" + response.spec.name + "' exceeds 2 GiB";
+    }
+    send_counts[r] = static_cast<int>(sb);
+    send_displs[r] = static_cast<int>(send_offset);
+    recv_counts[r] = static_cast<int>(rb);
+    recv_displs[r] = static_cast<int>(recv_offset);
+    send_offset += sb;
+    recv_offset += rb;
+    total_rows += recv_rows[r];
+  }
+  local.core_output.resize(recv_offset);
+  MPI_Alltoallv(local.input, send_counts.data(), send_displs.data(), MPI_BYTE, local.core_output.data(),
+                recv_counts.data(), recv_displs.data(), MPI_BYTE, ctx.comm);
+  local.output_shape = spec.shape;
+  local.output_shape[0] = total_rows;
+  local.received_splits = std::move(recv_rows);
+  return "";
+}
+
+std::string CollectiveExecutor::Reducescatter(const CommContext &ctx, const Response &response, Entry &local) {
+  const Request &spec = response.spec;
+  const int64_t rows = spec.shape[0], row_elements = RowElements(spec.shape);
+  const int64_t total = spec.NumElements();
+  const size_t element = DataTypeSize(spec.dtype);
+  std::vector<int> counts(ctx.size);
+  for (int r = 0; r < ctx.size; ++r) {
+    int64_t my_rows = rows / ctx.size + (r < rows % ctx.size ? 1 : 0);
+    if (!FitsInt(my_rows * row_elements)) return "reducescatter of tensor '" + spec.name + "' is too large";
+    counts[r] = static_cast<int>(my_rows * row_elements);
+  }
+  const void *send = local.input;
+  if (spec.prescale != 1.0) {
+    if (scratch_.size() < total * element) scratch_.resize(total * element);
+    ScaleCopy(scratch_.data(), local.input, total, spec.dtype, spec.prescale);
+    send = scratch_.data();
+  }
+  const MpiTypes &types = GlobalMpiTypes();
+  MPI_Reduce_scatter(send, local.output, counts.data(), types.Datatype(spec.dtype), types.Op(spec.dtype, spec.op),
+                     ctx.comm);
+  Finish(local.output, local.output, counts[ctx.rank], spec, ctx.size);
+  return "";
+}
+
+}  // namespace hvdlite

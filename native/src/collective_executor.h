@@ -1,0 +1,45 @@
+// Runs agreed collectives: copies fused inputs into the persistent fusion buffer (prescale), runs the
+// all-reduce algorithm chosen for the size, copies out (postscale, average), and the other collectives
+// over the set's communicator. Every rank calls it with the same batches in the same order.
+#pragma once
+#include <vector>
+
+#include "algorithms/mpi_allreduce.h"
+#include "algorithms/ring_allreduce.h"
+#include "messages.h"
+#include "process_set.h"
+#include "timeline.h"
+
+namespace hvdlite {
+
+struct AlgorithmSettings {
+  int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
+  int64_t ring_segment_bytes = 1 << 20;
+  int64_t auto_ring_min_bytes = 16 << 20;
+};
+
+class CollectiveExecutor {
+ public:
+  CollectiveExecutor(const AlgorithmSettings &settings, Timeline &timeline);
+  // locals[i] is this rank's entry for batch.parts[i], or nullptr where this rank joined.
+  // Returns an error message, or an empty string on success.
+  std::string Execute(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
+  AllreduceAlgorithm &Choose(int64_t bytes);
+
+ private:
+  std::string Allreduce(const CommContext &ctx, const FusedBatch &batch, const std::vector<Entry *> &locals);
+  std::string Allgather(const CommContext &ctx, const Response &response, Entry &local);
+  std::string Broadcast(const CommContext &ctx, const Response &response, Entry &local);
+  std::string Alltoall(const CommContext &ctx, const Response &response, Entry &local);
+  std::string Reducescatter(const CommContext &ctx, const Response &response, Entry &local);
+  void Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start);
+
+  AlgorithmSettings settings_;
+  Timeline &timeline_;
+  RingAllreduce ring_;
+  MpiAllreduce mpi_;
+  std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace hvdlite

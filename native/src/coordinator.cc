@@ -1,0 +1,120 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "request_validation.h"
+
+namespace hvdlite {
+
+void Coordinator::Receive(const std::vector<Request> &requests, Clock::time_point now,
+                          std::vector<Response> *ready) {
+  bool someone_joined = false;
+  for (const Request &request : requests) {
+    auto [it, inserted] = table_.try_emplace(request.name);
+    Entry &entry = it->second;
+    if (inserted) {
+      entry.per_rank.assign(size_, nullptr);
+      entry.requests.reserve(size_);
+      entry.first_seen = now - std::chrono::milliseconds(request.age_ms);
+      entry.last_warned = entry.first_seen;
+      arrival_order_.push_back(request.name);
+    }
+    int32_t rank = request.sender;
+    if (rank < 0 || rank >= size_ || entry.per_rank[rank]) continue;
+    entry.requests.push_back(request);  // reserved to size_: earlier pointers stay valid
+    entry.per_rank[rank] = &entry.requests.back();
+    if (request.collective == Collective::kJoin) {
+      joined_[rank] = true;
+      last_joined_ = rank;
+      someone_joined = true;
+    }
+  }
+  if (someone_joined) {
+    // A join may complete every waiting allreduce: check all names, in arrival order.
+    std::vector<std::string> names = arrival_order_;
+    for (const std::string &name : names) TryComplete(name, ready);
+  } else {
+    for (const Request &request : requests) TryComplete(request.name, ready);
+  }
+}
+
+void Coordinator::TryComplete(const std::string &name, std::vector<Response> *ready) {
+  auto it = table_.find(name);
+  if (it == table_.end()) return;
+  Entry &entry = it->second;
+  const Request *any = *std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
+                                     [](const Request *r) { return r != nullptr; });
+  bool is_join = any->collective == Collective::kJoin;
+  int32_t present = 0, joined_missing = 0;
+  for (int32_t r = 0; r < size_; ++r) {
+    if (entry.per_rank[r]) ++present;
+    else if (joined_[r] && !is_join) ++joined_missing;
+  }
+  if (present + joined_missing < size_) return;
+
+  Response response;
+  if (joined_missing > 0 && any->collective != Collective::kAllreduce) {
+    response.spec = *any;
+    std::ostringstream out;
+    out << CollectiveName(any->collective) << " of tensor '" << name
+        << "' cannot run while some ranks have joined (";
+    bool first = true;
+    for (int32_t r = 0; r < size_; ++r) {
+      if (joined_[r] && !entry.per_rank[r]) { out << (first ? "rank " : ", ") << r; first = false; }
+    }
+    out << "); only allreduce accepts zeros from joined ranks";
+    response.error = out.str();
+  } else {
+    response = AgreeOnResponse(entry.per_rank);
+  }
+  if (is_join && response.ok()) {
+    response.result = last_joined_;
+    std::fill(joined_.begin(), joined_.end(), false);
+    last_joined_ = -1;
+  }
+  ready->push_back(std::move(response));
+  table_.erase(it);
+  arrival_order_.erase(std::find(arrival_order_.begin(), arrival_order_.end(), name));
+}
+
+std::vector<int32_t> Coordinator::MissingRanks(const Entry &entry) const {
+  std::vector<int32_t> missing;
+  for (int32_t r = 0; r < size_; ++r) {
+    if (!entry.per_rank[r] && !joined_[r]) missing.push_back(r);
+  }
+  return missing;
+}
+
+std::vector<StallReport> Coordinator::FindStalls(Clock::time_point now, double warn_after, double fail_after,
+                                                  std::vector<Response> *failed) {
+  std::vector<StallReport> reports;
+  std::vector<std::string> names = arrival_order_;
+  for (const std::string &name : names) {
+    Entry &entry = table_.at(name);
+    double waited = std::chrono::duration<double>(now - entry.first_seen).count();
+    if (fail_after > 0 && waited >= fail_after) {
+      Response response;
+      response.spec = **std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
+                                     [](const Request *r) { return r != nullptr; });
+      std::ostringstream out;
+      out << "Stalled: " << CollectiveName(response.spec.collective) << " of tensor '" << name
+          << "' waited " << static_cast<int64_t>(waited) << " s for ranks [";
+      std::vector<int32_t> missing = MissingRanks(entry);
+      for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : "") << missing[i];
+      out << "] that never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)";
+      response.error = out.str();
+      failed->push_back(std::move(response));
+      table_.erase(name);
+      arrival_order_.erase(std::find(arrival_order_.begin(), arrival_order_.end(), name));
+      continue;
+    }
+    if (warn_after > 0 && std::chrono::duration<double>(now - entry.last_warned).count() >= warn_after) {
+      entry.last_warned = now;
+      reports.push_back({name, MissingRanks(entry), waited});
+    }
+  }
+  return reports;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,446 @@
+#include "core.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "fusion_planner.h"
+#include "logging.h"
+#include "mpi_types.h"
+#include "request_validation.h"
+
+namespace hvdlite {
+namespace {
+
+std::string InFlightKey(int32_t set_id, const std::string &name) { return std::to_string(set_id) + ":" + name; }
+
+const char kShutDownMessage[] =
+    "hvdlite has been shut down: a rank called shutdown() or exited, so this request cannot complete";
+
+}  // namespace
+
+Core &Core::Get() {
+  static Core core;
+  return core;
+}
+
+bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *error) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (running_) return true;
+  if (thread_.joinable()) {  // a previous run ended (shutdown by a peer); collect its thread
+    lock.unlock();
+    thread_.join();
+    lock.lock();
+  }
+  queue_.clear();
+  in_flight_.clear();
+  set_up_done_ = false;
+  shutdown_requested_ = false;
+  set_up_error_.clear();
+  thread_ = std::thread(&Core::ThreadMain, this, settings, parent ? *parent : MPI_COMM_WORLD);
+  ready_cv_.wait(lock, [&] { return set_up_done_; });
+  if (!set_up_error_.empty()) {
+    *error = set_up_error_;
+    lock.unlock();
+    thread_.join();
+    return false;
+  }
+  return true;
+}
+
+void Core::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_requested_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+bool Core::running() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return running_;
+}
+
+Topology Core::topology() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return topology_;
+}
+
+int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!running_ || shutdown_requested_) {
+    *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
+    return -3;
+  }
+  std::unordered_set<std::string> group_names;
+  for (Entry &e : entries) {
+    int32_t set_id = e.process_set_id;
+    auto members = published_sets_.find(set_id);
+    if (members == published_sets_.end()) {
+      *error = "process set " + std::to_string(set_id) + " does not exist (tensor '" + e.request.name + "')";
+      return -1;
+    }
+    int set_size = static_cast<int>(members->second.size());
+    if (published_set_rank_[set_id] < 0) {
+      *error = "rank " + std::to_string(topology_.rank) + " is not a member of process set " +
+               std::to_string(set_id) + " (tensor '" + e.request.name + "')";
+      return -1;
+    }
+    std::string problem = CheckLocalRequest(e.request, set_size);
+    if (problem.empty() && e.request.collective == Collective::kAlltoall) {
+      if (e.splits.empty() && e.request.shape[0] % set_size != 0) {
+        problem = "alltoall of tensor '" + e.request.name + "': first dimension " + std::to_string(e.request.shape[0]) +
+                  " is not divisible by the process set size " + std::to_string(set_size) + "; pass splits";
+      } else if (!e.splits.empty()) {
+        int64_t sum = 0;
+        bool negative = false;
+        for (int32_t s : e.splits) { sum += s; negative |= s < 0; }
+        if (static_cast<int>(e.splits.size()) != set_size || negative || sum != e.request.shape[0]) {
+          problem = "alltoall of tensor '" + e.request.name + "': splits must have one non-negative entry per rank (" +
+                    std::to_string(set_size) + ") summing to the first dimension " + std::to_string(e.request.shape[0]);
+        }
+      }
+    }
+    if (!problem.empty()) {
+      *error = problem;
+      return -1;
+    }
+    std::string key = InFlightKey(set_id, e.request.name);
+    if (in_flight_.count(key) || !group_names.insert(key).second) {
+      *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
+               "process set " + std::to_string(set_id) + "; wait for it before submitting the name again";
+      return -2;
+    }
+  }
+  int32_t group_id = entries.size() > 1 ? next_group_id_++ : 0;
+  auto now = Clock::now();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry &e = entries[i];
+    int32_t set_id = e.process_set_id;
+    e.request.group_id = group_id;
+    e.enqueued = now;
+    e.handle = handles_.Create();
+    handles[i] = e.handle;
+    in_flight_.insert(InFlightKey(set_id, e.request.name));
+    queue_.push_back(std::move(e));
+  }
+  lock.unlock();
+  work_cv_.notify_one();
+  return 0;
+}
+
+int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error) {
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    e.request.name = std::string("__hvdlite.") + CollectiveName(change) + "." + std::to_string(process_set_changes_++);
+  }
+  e.request.collective = change;
+  e.request.dtype = DataType::kUInt8;
+  e.request.ranks = std::move(ranks);
+  e.process_set_id = 0;  // changes are agreed on by the whole job
+  int64_t handle = 0;
+  std::vector<Entry> entries;
+  entries.push_back(std::move(e));
+  int code = Enqueue(std::move(entries), &handle, error);
+  return code == 0 ? handle : code;
+}
+
+int Core::ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = published_sets_.find(id);
+  if (it == published_sets_.end()) return -1;
+  *ranks = it->second;
+  return static_cast<int>(ranks->size());
+}
+
+int Core::ProcessSetRank(int32_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = published_set_rank_.find(id);
+  return it == published_set_rank_.end() ? -1 : it->second;
+}
+
+bool Core::RequestTimeline(const std::string &path, bool mark_cycles) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_) return false;
+    timeline_request_ = true;
+    timeline_request_path_ = path;
+    timeline_request_marks_ = mark_cycles;
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+void Core::ApplyTimelineRequest() {
+  std::string path;
+  bool marks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!timeline_request_) return;
+    timeline_request_ = false;
+    path = timeline_request_path_;
+    marks = timeline_request_marks_;
+  }
+  if (topology_.rank != 0) return;  // the coordinator writes the timeline
+  if (path.empty()) {
+    timeline_.Stop();
+  } else if (!timeline_.Start(path, marks)) {
+    Log(LogLevel::kError, "cannot open timeline file " + path);
+  }
+}
+
+bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    *error = "MPI is not initialized (or already finalized): import mpi4py before hvdlite's init";
+    return false;
+  }
+  settings_ = settings;
+  SetLogLevel(settings.log_level);
+  MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
+  Topology t;
+  MPI_Comm_rank(world_, &t.rank);
+  MPI_Comm_size(world_, &t.size);
+  MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local_);
+  MPI_Comm_rank(local_, &t.local_rank);
+  MPI_Comm_size(local_, &t.local_size);
+  MPI_Comm_split(world_, t.local_rank, t.rank, &cross_);
+  MPI_Comm_rank(cross_, &t.cross_rank);
+  MPI_Comm_size(cross_, &t.cross_size);
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  t.threads_supported = provided == MPI_THREAD_MULTIPLE;
+  SetLogRank(t.rank);
+  MutableGlobalMpiTypes().Create();
+
+  std::vector<int32_t> all(t.size);
+  for (int r = 0; r < t.size; ++r) all[r] = r;
+  sets_.clear();
+  sets_[0] = std::make_unique<ProcessSet>(0, all, world_, settings.cache_capacity);
+  next_set_id_ = 1;
+  executor_ = std::make_unique<CollectiveExecutor>(settings.algorithms, timeline_);
+  if (t.rank == 0 && !settings.timeline_path.empty() &&
+      !timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles)) {
+    Log(LogLevel::kError, "cannot open timeline file " + settings.timeline_path);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  topology_ = t;
+  return true;
+}
+
+void Core::PublishProcessSets() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  published_sets_.clear();
+  published_set_rank_.clear();
+  for (auto &[id, set] : sets_) {
+    published_sets_[id] = set->ranks;
+    published_set_rank_[id] = set->member() ? set->rank : -1;
+  }
+}
+
+void Core::ThreadMain(Settings settings, MPI_Comm parent) {
+  std::string error;
+  bool ok = SetUp(settings, parent, &error);
+  if (ok) PublishProcessSets();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_up_done_ = true;
+    set_up_error_ = error;
+    running_ = ok;
+  }
+  ready_cv_.notify_all();
+  if (!ok) return;
+
+  const auto cycle = std::chrono::duration<double, std::milli>(settings.cycle_time_ms);
+  std::vector<Entry> fresh;
+  while (true) {
+    bool shutting_down;
+    {
+      // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress.
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait_for(lock, cycle, [&] { return !queue_.empty() || shutdown_requested_ || timeline_request_; });
+      fresh.swap(queue_);
+      shutting_down = shutdown_requested_;
+    }
+    ApplyTimelineRequest();
+    timeline_.MarkCycle(Clock::now());
+    Distribute(fresh);
+    fresh.clear();
+
+    RoundResult global = NegotiateRound(*sets_.at(0), settings_.negotiation, shutting_down);
+    Execute(*sets_.at(0), global.ready);
+    if (global.shutdown) break;
+    std::vector<int32_t> ids;
+    for (auto &[id, set] : sets_) {
+      if (id != 0 && set->member()) ids.push_back(id);
+    }
+    for (int32_t id : ids) {
+      ProcessSet &set = *sets_.at(id);
+      Execute(set, NegotiateRound(set, settings_.negotiation, false).ready);
+    }
+    timeline_.Flush();
+  }
+  TearDown();
+}
+
+void Core::TearDown() {
+  std::vector<Entry> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+    queued.swap(queue_);
+    in_flight_.clear();
+  }
+  for (Entry &e : queued) handles_.Fail(e.handle, kShutDownMessage);
+  for (auto &[id, set] : sets_) {
+    for (auto &[name, e] : set->pending) handles_.Fail(e.handle, kShutDownMessage);
+    if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
+  }
+  sets_.clear();
+  executor_.reset();
+  MPI_Comm_free(&local_);
+  MPI_Comm_free(&cross_);
+  MPI_Comm_free(&world_);
+  MutableGlobalMpiTypes().Free();
+  timeline_.Stop();
+  std::lock_guard<std::mutex> lock(mutex_);
+  published_sets_.clear();
+  published_set_rank_.clear();
+}
+
+void Core::Distribute(std::vector<Entry> &fresh) {
+  auto now = Clock::now();
+  for (Entry &e : fresh) {
+    int32_t set_id = e.process_set_id;
+    auto it = sets_.find(set_id);
+    if (it == sets_.end() || !it->second->member()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_flight_.erase(InFlightKey(set_id, e.request.name));
+      }
+      handles_.Fail(e.handle, "process set " + std::to_string(set_id) + " was removed before tensor '" +
+                                  e.request.name + "' ran");
+      continue;
+    }
+    ProcessSet &set = *it->second;
+    e.negotiation_start = now;
+    e.request.sender = set.rank;
+    if (e.request.collective == Collective::kJoin) set.joined = true;
+    std::string name = e.request.name;
+    set.arrival_order.push_back(name);
+    set.pending.emplace(name, std::move(e));
+  }
+}
+
+void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result) {
+  {
+    // Out of flight before the handle completes: a waiter may resubmit the name at once.
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.erase(InFlightKey(set.id, entry.request.name));
+  }
+  handles_.Complete(entry.handle, [&](HandleState &s) {
+    s.error = error;
+    s.result = result;
+    s.output = std::move(entry.core_output);
+    s.output_shape = std::move(entry.output_shape);
+    s.received_splits = std::move(entry.received_splits);
+  });
+  set.pending.erase(entry.request.name);  // entry is gone after this line
+}
+
+void Core::Execute(ProcessSet &set, const std::vector<Response> &ready) {
+  if (ready.empty()) return;
+  auto lookup = [&](const std::string &name) -> Entry * {
+    auto it = set.pending.find(name);
+    return it == set.pending.end() ? nullptr : &it->second;
+  };
+  std::vector<const Response *> collectives;
+  std::vector<const Response *> changes;
+  for (const Response &response : ready) {
+    Entry *local = lookup(response.spec.name);
+    if (!response.ok()) {
+      if (local) Finish(set, *local, response.error);
+    } else if (response.spec.collective == Collective::kJoin) {
+      set.joined = false;
+      if (local) Finish(set, *local, "", response.result);
+    } else if (response.spec.collective == Collective::kAddProcessSet ||
+               response.spec.collective == Collective::kRemoveProcessSet) {
+      changes.push_back(&response);
+    } else {
+      collectives.push_back(&response);
+    }
+  }
+  const bool record = timeline_.active();
+  for (const FusedBatch &batch : PlanFusion(collectives, settings_.fusion_threshold_bytes)) {
+    std::vector<Entry *> locals;
+    for (const Response *part : batch.parts) locals.push_back(lookup(part->spec.name));
+    if (record) {
+      auto now = Clock::now();
+      for (Entry *e : locals) {
+        if (!e) continue;
+        timeline_.Record(e->request.name, "QUEUE", e->enqueued, e->negotiation_start);
+        timeline_.Record(e->request.name, "NEGOTIATE", e->negotiation_start, now);
+      }
+    }
+    std::string error = executor_->Execute(set, batch, locals);
+    for (Entry *e : locals) {
+      if (e) Finish(set, *e, error);
+    }
+  }
+  for (const Response *change : changes) ApplyProcessSetChange(*change);
+  auto &order = set.arrival_order;
+  order.erase(std::remove_if(order.begin(), order.end(), [&](const std::string &n) { return !set.pending.count(n); }),
+              order.end());
+}
+
+void Core::ApplyProcessSetChange(const Response &response) {
+  ProcessSet &global = *sets_.at(0);
+  auto it = global.pending.find(response.spec.name);
+  Entry *local = it == global.pending.end() ? nullptr : &it->second;
+  std::string error;
+  int64_t result = 0;
+  const std::vector<int32_t> &ranks = response.spec.ranks;
+  if (response.spec.collective == Collective::kAddProcessSet) {
+    for (auto &[id, set] : sets_) {
+      if (set->ranks == ranks) error = "a process set with these ranks already exists (id " + std::to_string(id) + ")";
+    }
+    // Every rank of the job takes part in the split; non-members get MPI_COMM_NULL.
+    bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
+    if (error.empty()) {
+      MPI_Comm comm;
+      MPI_Comm_split(world_, member ? 0 : MPI_UNDEFINED, topology_.rank, &comm);
+      result = next_set_id_++;
+      sets_[static_cast<int32_t>(result)] =
+          std::make_unique<ProcessSet>(static_cast<int32_t>(result), ranks, comm, settings_.cache_capacity);
+    }
+  } else {
+    int32_t id = ranks.empty() ? -1 : ranks[0];
+    auto target = sets_.find(id);
+    if (id == 0) {
+      error = "the global process set cannot be removed";
+    } else if (target == sets_.end()) {
+      error = "process set " + std::to_string(id) + " does not exist";
+    } else {
+      ProcessSet &set = *target->second;
+      for (auto &[name, e] : set.pending) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          in_flight_.erase(InFlightKey(id, name));
+        }
+        handles_.Fail(e.handle, "process set " + std::to_string(id) + " was removed before tensor '" + name + "' ran");
+      }
+      if (set.member()) MPI_Comm_free(&set.comm);
+      sets_.erase(target);
+    }
+  }
+  PublishProcessSets();
+  if (local) Finish(global, *local, error, result);
+  auto &order = global.arrival_order;
+  order.erase(std::remove_if(order.begin(), order.end(), [&](const std::string &n) { return !global.pending.count(n); }),
+              order.end());
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,100 @@
+// The core: owns the background thread, the queue that feeds it, the process sets and the handles.
+// Caller threads only enqueue and read handles; the background thread alone calls MPI.
+#pragma once
+#include <mpi.h>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "collective_executor.h"
+#include "handle_table.h"
+#include "negotiation.h"
+#include "process_set.h"
+#include "timeline.h"
+
+namespace hvdlite {
+
+// hvdlite_config with its strings owned.
+struct Settings {
+  int64_t fusion_threshold_bytes = 64 << 20;
+  double cycle_time_ms = 1.0;
+  int32_t cache_capacity = 1024;
+  NegotiationSettings negotiation;
+  AlgorithmSettings algorithms;
+  int32_t log_level = 3;
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
+};
+
+struct Topology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool threads_supported = false;
+};
+
+class Core {
+ public:
+  static Core &Get();
+
+  // Starts the background thread, which sets up MPI state; returns once it is ready (or failed).
+  bool Init(const Settings &settings, const MPI_Comm *parent, std::string *error);
+  void Shutdown();
+  bool running();
+  Topology topology();
+
+  // Enqueues requests atomically (several: a group executed together). 0, or a negative code.
+  int Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error);
+  int64_t EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error);
+  int ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks);
+  int ProcessSetRank(int32_t id);
+  bool RequestTimeline(const std::string &path, bool mark_cycles);
+
+  HandleTable &handles() { return handles_; }
+
+ private:
+  void ThreadMain(Settings settings, MPI_Comm parent);
+  bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
+  void TearDown();
+  void Distribute(std::vector<Entry> &fresh);
+  void Execute(ProcessSet &set, const std::vector<Response> &ready);
+  void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
+  void ApplyProcessSetChange(const Response &response);
+  void PublishProcessSets();
+  void ApplyTimelineRequest();
+
+  // Guarded by mutex_: the queue and everything caller threads read.
+  std::mutex mutex_;
+  std::condition_variable work_cv_;   // wakes the background thread: new work or shutdown
+  std::condition_variable ready_cv_;  // wakes Init: set-up finished
+  std::vector<Entry> queue_;
+  std::unordered_set<std::string> in_flight_;  // "set:name" of every queued or pending request
+  std::map<int32_t, std::vector<int32_t>> published_sets_;
+  std::map<int32_t, int> published_set_rank_;
+  bool running_ = false;
+  bool set_up_done_ = false;
+  bool shutdown_requested_ = false;
+  bool timeline_request_ = false;
+  std::string timeline_request_path_;
+  bool timeline_request_marks_ = false;
+  std::string set_up_error_;
+  Topology topology_;
+  int64_t process_set_changes_ = 0;
+  int32_t next_group_id_ = 1;
+  std::thread thread_;
+
+  // Owned by the background thread.
+  Settings settings_;
+  MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  int32_t next_set_id_ = 1;
+  std::unique_ptr<CollectiveExecutor> executor_;
+  Timeline timeline_;
+  HandleTable handles_;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,47 @@
+#include "handle_table.h"
+
+namespace hvdlite {
+
+int64_t HandleTable::Create() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t handle = next_++;
+  states_.emplace(handle, HandleState{});
+  return handle;
+}
+
+void HandleTable::Fail(int64_t handle, const std::string &error) {
+  Complete(handle, [&](HandleState &s) { s.error = error; });
+}
+
+void HandleTable::Succeed(int64_t handle, int64_t result) {
+  Complete(handle, [&](HandleState &s) { s.result = result; });
+}
+
+int HandleTable::Poll(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) return -1;
+  return it->second.done ? 1 : 0;
+}
+
+int HandleTable::Wait(int64_t handle) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) return -1;
+  // unordered_map references stay valid across inserts and erases of other keys.
+  HandleState &state = it->second;
+  done_.wait(lock, [&] { return state.done; });
+  return state.error.empty() ? 0 : 1;
+}
+
+void HandleTable::Release(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  states_.erase(handle);
+}
+
+size_t HandleTable::Size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return states_.size();
+}
+
+}  // namespace hvdlite

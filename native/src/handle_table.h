@@ -1,0 +1,61 @@
+// Handles: how a caller on any thread learns that its request finished, and with what.
+// The background thread completes them; callers poll or wait on one condition variable.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace hvdlite {
+
+struct HandleState {
+  bool done = false;
+  std::string error;
+  int64_t result = 0;
+  std::vector<uint8_t> output;          // core-allocated output (allgather, alltoall)
+  std::vector<int64_t> output_shape;
+  std::vector<int32_t> received_splits;
+};
+
+class HandleTable {
+ public:
+  int64_t Create();
+  // Marks done and wakes waiters. The fill function runs under the lock and may move data in.
+  template <typename Fill>
+  void Complete(int64_t handle, Fill fill) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = states_.find(handle);
+      if (it == states_.end()) return;
+      fill(it->second);
+      it->second.done = true;
+    }
+    done_.notify_all();
+  }
+  void Fail(int64_t handle, const std::string &error);
+  void Succeed(int64_t handle, int64_t result = 0);
+
+  int Poll(int64_t handle);
+  int Wait(int64_t handle);
+  // Runs f on the state of a finished handle under the lock; returns false for an unknown handle.
+  template <typename F>
+  bool Read(int64_t handle, F f) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = states_.find(handle);
+    if (it == states_.end()) return false;
+    f(it->second);
+    return true;
+  }
+  void Release(int64_t handle);
+  size_t Size();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::unordered_map<int64_t, HandleState> states_;
+  int64_t next_ = 1;
+};
+
+}  // namespace hvdlite

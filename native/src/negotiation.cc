@@ -1,0 +1,152 @@
+#include "negotiation.h"
+
+#include <sstream>
+
+#include "logging.h"
+
+namespace hvdlite {
+namespace {
+
+// Flag bits in word 0 of the bit vector. Each is reduced with AND, so "any rank" conditions are sent
+// inverted: the bit stays set only if no rank has the condition.
+constexpr uint64_t kNoSlowPathWork = 1;  // cleared by a rank with requests the cache cannot answer
+constexpr uint64_t kNotShuttingDown = 2;
+constexpr uint64_t kJoined = 4;          // set by joined ranks: stays set only if all have joined
+
+bool TestBit(const uint64_t *words, int32_t bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
+void SetBit(uint64_t *words, int32_t bit) { words[bit / 64] |= uint64_t{1} << (bit % 64); }
+void ClearBit(uint64_t *words, int32_t bit) { words[bit / 64] &= ~(uint64_t{1} << (bit % 64)); }
+
+double SecondsSince(Clock::time_point then, Clock::time_point now) {
+  return std::chrono::duration<double>(now - then).count();
+}
+
+void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::time_point now) {
+  if (!set.coordinator || settings.stall_check_seconds <= 0 || SecondsSince(set.last_stall_check, now) < 1.0) return;
+  set.last_stall_check = now;
+  for (const StallReport &report :
+       set.coordinator->FindStalls(now, settings.stall_check_seconds, settings.stall_shutdown_seconds, &set.due_failures)) {
+    std::ostringstream out;
+    out << "Stall: tensor '" << report.name << "' has waited " << static_cast<int64_t>(report.waited_seconds)
+        << " s in process set " << set.id << "; missing ranks: [";
+    for (size_t i = 0; i < report.missing_ranks.size(); ++i) out << (i ? ", " : "") << report.missing_ranks[i];
+    out << "]. Those ranks have not submitted it: they may be running a different code path or have fewer "
+           "steps. HVDLITE_STALL_SHUTDOWN_TIME_SECONDS > 0 turns this into an error.";
+    Log(LogLevel::kWarning, out.str());
+  }
+}
+
+// Gathers every rank's unannounced requests to the coordinator and broadcasts what completed.
+std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
+  std::vector<Request> mine;
+  for (const std::string &name : set.arrival_order) {
+    Entry &e = set.pending.at(name);
+    if (e.state != Entry::State::kUnannounced) continue;
+    e.state = Entry::State::kAnnounced;
+    e.request.sender = set.rank;
+    e.request.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.enqueued).count();
+    mine.push_back(e.request);
+  }
+  std::vector<uint8_t> sent = EncodeRequests(mine);
+  int my_size = static_cast<int>(sent.size());
+  std::vector<int> sizes(set.rank == 0 ? set.size : 0), offsets(sizes.size());
+  MPI_Gather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, set.comm);
+  std::vector<uint8_t> gathered;
+  if (set.rank == 0) {
+    int total = 0;
+    for (int r = 0; r < set.size; ++r) { offsets[r] = total; total += sizes[r]; }
+    gathered.resize(total);
+  }
+  MPI_Gatherv(sent.data(), my_size, MPI_BYTE, gathered.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, set.comm);
+
+  std::vector<Response> completed;
+  std::vector<uint8_t> answer;
+  if (set.rank == 0) {
+    for (int r = 0; r < set.size; ++r) {
+      set.coordinator->Receive(DecodeRequests(gathered.data() + offsets[r], sizes[r]), now, &completed);
+    }
+    for (Response &failure : set.due_failures) completed.push_back(std::move(failure));
+    set.due_failures.clear();
+    answer = EncodeResponses(completed);
+  }
+  int64_t answer_size = static_cast<int64_t>(answer.size());
+  MPI_Bcast(&answer_size, 1, MPI_INT64_T, 0, set.comm);
+  answer.resize(answer_size);
+  MPI_Bcast(answer.data(), static_cast<int>(answer_size), MPI_BYTE, 0, set.comm);
+  if (set.rank != 0) completed = DecodeResponses(answer.data(), answer.size());
+
+  for (const Response &response : completed) {
+    if (response.ok() && ResponseCache::Cacheable(response.spec.collective)) set.cache.Put(response);
+  }
+  return completed;
+}
+
+}  // namespace
+
+RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, bool shutting_down) {
+  const Clock::time_point now = Clock::now();
+  const int32_t capacity = set.cache.capacity();
+  const int32_t words = (capacity + 63) / 64;
+  std::vector<uint64_t> &bits = set.round_bits;
+  bits.assign(1 + 2 * words, 0);
+  uint64_t *ready = bits.data() + 1;
+  uint64_t *valid = bits.data() + 1 + words;
+  for (int32_t w = 0; w < words; ++w) valid[w] = ~uint64_t{0};
+
+  // Requests a cached agreement answers set their bit; a changed request, or a cached one waiting too
+  // long (so the coordinator can see who is missing), clears its valid bit and goes the slow way.
+  const double cached_stall_seconds = settings.stall_check_seconds / 2;
+  bool slow_path_work = !set.due_failures.empty();
+  for (const std::string &name : set.arrival_order) {
+    Entry &e = set.pending.at(name);
+    if (e.state == Entry::State::kAnnounced) continue;
+    int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(name) : -1;
+    bool stalled = cached_stall_seconds > 0 && SecondsSince(e.enqueued, now) > cached_stall_seconds;
+    if (bit >= 0 && (!set.cache.Matches(bit, e.request, set.rank) || stalled)) {
+      ClearBit(valid, bit);
+      bit = -1;
+    }
+    if (bit < 0) {
+      e.state = Entry::State::kUnannounced;
+      slow_path_work = true;
+    } else {
+      e.state = Entry::State::kCached;
+      SetBit(ready, bit);
+    }
+  }
+  if (set.joined) {  // a joined rank is ready for every cached allreduce: it contributes zeros
+    for (int32_t bit = 0; bit < capacity; ++bit) {
+      if (set.cache.Used(bit) && set.cache.Get(bit).spec.collective == Collective::kAllreduce) SetBit(ready, bit);
+    }
+  }
+  InspectStalls(set, settings, now);
+  if (!set.due_failures.empty()) slow_path_work = true;
+  bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (shutting_down ? 0 : kNotShuttingDown) | (set.joined ? kJoined : 0);
+
+  MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, set.comm);
+
+  RoundResult result;
+  result.shutdown = !(bits[0] & kNotShuttingDown);
+  const bool everyone_joined = bits[0] & kJoined;
+  for (int32_t bit = 0; bit < capacity; ++bit) {
+    if (TestBit(valid, bit) || !set.cache.Used(bit)) continue;
+    auto it = set.pending.find(set.cache.Get(bit).spec.name);
+    if (it != set.pending.end() && it->second.state == Entry::State::kCached) {
+      it->second.state = Entry::State::kUnannounced;
+    }
+    set.cache.Erase(bit);
+    ClearBit(ready, bit);
+  }
+  for (int32_t bit = 0; bit < capacity && !everyone_joined; ++bit) {
+    if (!TestBit(ready, bit)) continue;
+    set.cache.Touch(bit);
+    result.ready.push_back(set.cache.Get(bit));
+  }
+  if (!(bits[0] & kNoSlowPathWork)) {
+    std::vector<Response> slow = SlowPath(set, now);
+    result.ready.insert(result.ready.end(), std::make_move_iterator(slow.begin()), std::make_move_iterator(slow.end()));
+  }
+  return result;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,20 @@
+// Element-wise kernels of the reductions: dst = dst (op) src, scaling, and dividing for averages.
+// Plain loops over restrict pointers so the compiler vectorises them; half types go through float32.
+#pragma once
+#include <cstdint>
+
+#include "types.h"
+
+namespace hvdlite {
+
+// dst[i] = dst[i] (op) src[i]; kAverage reduces as kSum (the division happens once, at the end).
+void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, ReduceOp op);
+
+// dst[i] = src[i] * factor for floating types; dst may equal src. Integers are copied unscaled
+// (negotiation rejects non-unit scale factors for them).
+void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor);
+
+// Integer average: dst[i] /= divisor, truncating toward zero.
+void DivideIntegers(void *buffer, int64_t count, DataType dtype, int64_t divisor);
+
+}  // namespace hvdlite

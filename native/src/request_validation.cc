@@ -1,0 +1,133 @@
+#include "request_validation.h"
+
+#include <sstream>
+
+namespace hvdlite {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t> &shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+// "rank 0 sent X, rank 1 sent Y" over every rank that has a request.
+template <typename Describe>
+std::string PerRank(const std::vector<const Request *> &requests, Describe describe) {
+  std::ostringstream out;
+  bool first = true;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (!requests[r]) continue;
+    out << (first ? "" : ", ") << "rank " << r << " sent " << describe(*requests[r]);
+    first = false;
+  }
+  return out.str();
+}
+
+template <typename Key, typename Describe>
+std::string Disagreement(const std::vector<const Request *> &requests, const Request &first,
+                         const char *what, Key key, Describe describe) {
+  for (const Request *r : requests) {
+    if (r && !(key(*r) == key(first))) {
+      std::ostringstream out;
+      out << "Mismatched " << what << " for " << CollectiveName(first.collective) << " of tensor '"
+          << first.name << "': " << PerRank(requests, describe) << ".";
+      return out.str();
+    }
+  }
+  return "";
+}
+
+bool ReducesValues(Collective c) { return c == Collective::kAllreduce || c == Collective::kReducescatter; }
+
+}  // namespace
+
+std::string CheckLocalRequest(const Request &r, int32_t set_size) {
+  std::ostringstream out;
+  if (r.name.empty()) return "tensor name must not be empty";
+  if (ReducesValues(r.collective)) {
+    if (r.dtype == DataType::kBool) {
+      out << "Unsupported dtype bool for " << CollectiveName(r.collective) << " of tensor '" << r.name
+          << "' (bool is supported by allgather, broadcast and alltoall)";
+      return out.str();
+    }
+    if (r.op == ReduceOp::kAdasum) {
+      return "Adasum is not implemented in hvdlite (tensor '" + r.name + "')";
+    }
+    if (static_cast<int32_t>(r.op) < 0 || static_cast<int32_t>(r.op) > HVDLITE_OP_PRODUCT) {
+      return "Unknown reduce op " + std::to_string(static_cast<int32_t>(r.op)) + " for tensor '" + r.name + "'";
+    }
+    if (!IsFloatingPoint(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0)) {
+      out << "prescale_factor/postscale_factor apply to floating-point tensors only; tensor '" << r.name
+          << "' has dtype " << DataTypeName(r.dtype);
+      return out.str();
+    }
+  }
+  if (r.collective == Collective::kBroadcast && (r.root_rank < 0 || r.root_rank >= set_size)) {
+    out << "Invalid root rank " << r.root_rank << " for broadcast of tensor '" << r.name
+        << "': the process set has " << set_size << " ranks";
+    return out.str();
+  }
+  if ((r.collective == Collective::kAllgather || r.collective == Collective::kAlltoall ||
+       r.collective == Collective::kReducescatter) && r.shape.empty()) {
+    out << CollectiveName(r.collective) << " of tensor '" << r.name
+        << "' needs at least one dimension (got a scalar)";
+    return out.str();
+  }
+  for (int64_t d : r.shape) {
+    if (d < 0) return "Negative dimension in shape of tensor '" + r.name + "'";
+  }
+  return "";
+}
+
+Response AgreeOnResponse(const std::vector<const Request *> &requests) {
+  const Request *first = nullptr;
+  for (const Request *r : requests) {
+    if (r) { first = r; break; }
+  }
+  Response response;
+  response.spec = *first;
+  std::string &error = response.error;
+  auto check = [&](const char *what, auto key, auto describe) {
+    if (error.empty()) error = Disagreement(requests, *first, what, key, describe);
+  };
+  check("collective operations", [](const Request &r) { return r.collective; },
+        [](const Request &r) { return std::string(CollectiveName(r.collective)); });
+  check("data types", [](const Request &r) { return r.dtype; },
+        [](const Request &r) { return std::string(DataTypeName(r.dtype)); });
+  if (!error.empty()) return response;
+
+  Collective c = first->collective;
+  if (ReducesValues(c)) {
+    check("reduce ops", [](const Request &r) { return r.op; },
+          [](const Request &r) { return std::string(ReduceOpName(r.op)); });
+    check("prescale factors", [](const Request &r) { return r.prescale; },
+          [](const Request &r) { return std::to_string(r.prescale); });
+    check("postscale factors", [](const Request &r) { return r.postscale; },
+          [](const Request &r) { return std::to_string(r.postscale); });
+  }
+  if (c == Collective::kBroadcast) {
+    check("root ranks", [](const Request &r) { return r.root_rank; },
+          [](const Request &r) { return std::to_string(r.root_rank); });
+  }
+  if (c == Collective::kAddProcessSet) {
+    check("process set ranks", [](const Request &r) { return r.ranks; },
+          [](const Request &r) { return ShapeString(std::vector<int64_t>(r.ranks.begin(), r.ranks.end())); });
+  }
+  if (c == Collective::kAllgather || c == Collective::kAlltoall) {
+    // Any first dimension; the rest must agree.
+    check("shapes (all but the first dimension)",
+          [](const Request &r) { return std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()); },
+          [](const Request &r) { return ShapeString(r.shape); });
+    if (c == Collective::kAllgather && error.empty()) {
+      for (const Request *r : requests) response.first_dims.push_back(r && !r->shape.empty() ? r->shape[0] : 0);
+    }
+  } else if (c != Collective::kBarrier && c != Collective::kJoin) {
+    check("shapes", [](const Request &r) { return r.shape; }, [](const Request &r) { return ShapeString(r.shape); });
+  }
+  return response;
+}
+
+}  // namespace hvdlite

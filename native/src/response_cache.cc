@@ -1,0 +1,63 @@
+#include "response_cache.h"
+
+namespace hvdlite {
+
+bool ResponseCache::Cacheable(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kAllgather || c == Collective::kBroadcast ||
+         c == Collective::kAlltoall || c == Collective::kReducescatter;
+}
+
+int32_t ResponseCache::Lookup(const std::string &name) const {
+  auto it = bits_.find(name);
+  return it == bits_.end() ? -1 : it->second;
+}
+
+bool ResponseCache::Matches(int32_t bit, const Request &local, int32_t my_rank) const {
+  const Response &cached = slots_[bit].response;
+  const Request &s = cached.spec;
+  if (s.collective != local.collective || s.dtype != local.dtype || s.op != local.op ||
+      s.prescale != local.prescale || s.postscale != local.postscale || s.root_rank != local.root_rank ||
+      s.shape.size() != local.shape.size()) {
+    return false;
+  }
+  bool variable_first_dim = s.collective == Collective::kAllgather || s.collective == Collective::kAlltoall;
+  for (size_t d = variable_first_dim ? 1 : 0; d < s.shape.size(); ++d) {
+    if (s.shape[d] != local.shape[d]) return false;
+  }
+  if (s.collective == Collective::kAllgather) {
+    return my_rank < static_cast<int32_t>(cached.first_dims.size()) && !local.shape.empty() &&
+           cached.first_dims[my_rank] == local.shape[0];
+  }
+  return true;
+}
+
+void ResponseCache::Put(const Response &response) {
+  if (slots_.empty()) return;
+  int32_t bit = Lookup(response.spec.name);
+  if (bit < 0) {
+    // Lowest free slot, else the least recently used one: the same choice on every rank.
+    int32_t victim = -1;
+    for (int32_t i = 0; i < capacity(); ++i) {
+      if (!slots_[i].used) { bit = i; break; }
+      if (victim < 0 || slots_[i].last_used < slots_[victim].last_used) victim = i;
+    }
+    if (bit < 0) {
+      Erase(victim);
+      bit = victim;
+    }
+    bits_[response.spec.name] = bit;
+  }
+  Slot &slot = slots_[bit];
+  slot.used = true;
+  slot.response = response;
+  slot.last_used = ++tick_;
+}
+
+void ResponseCache::Erase(int32_t bit) {
+  Slot &slot = slots_[bit];
+  if (!slot.used) return;
+  bits_.erase(slot.response.spec.name);
+  slot = Slot{};
+}
+
+}  // namespace hvdlite

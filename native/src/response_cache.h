@@ -1,0 +1,42 @@
+// The response cache of the fast path: names that were negotiated before get a fixed bit, so that a
+// later round only needs one bitwise-AND all-reduce to learn which of them every rank has ready.
+// Every rank applies the same Put/Touch/Erase calls in the same order, so bits agree everywhere.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "messages.h"
+
+namespace hvdlite {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(int32_t capacity) : slots_(capacity > 0 ? capacity : 0) {}
+
+  int32_t capacity() const { return static_cast<int32_t>(slots_.size()); }
+  // Bit of a cached name, or -1.
+  int32_t Lookup(const std::string &name) const;
+  const Response &Get(int32_t bit) const { return slots_[bit].response; }
+  bool Used(int32_t bit) const { return slots_[bit].used; }
+  // Whether this rank's request can reuse the cached agreement unchanged.
+  bool Matches(int32_t bit, const Request &local, int32_t my_rank) const;
+  // Inserts (or refreshes) an agreed response; evicts the least recently used entry when full.
+  void Put(const Response &response);
+  void Touch(int32_t bit) { slots_[bit].last_used = ++tick_; }
+  void Erase(int32_t bit);
+  static bool Cacheable(Collective c);
+
+ private:
+  struct Slot {
+    bool used = false;
+    uint64_t last_used = 0;
+    Response response;
+  };
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, int32_t> bits_;
+  uint64_t tick_ = 0;
+};
+
+}  // namespace hvdlite
