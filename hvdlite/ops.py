@@ -1,0 +1,230 @@
+"""numpy-level collectives with Horovod's names and arguments, usable from any framework.
+
+Async variants return an integer handle; ``synchronize(handle)`` returns the result (or raises) and
+frees the handle; ``poll(handle)`` tells whether it finished.
+"""
+import itertools
+import pickle
+
+import numpy as np
+
+from .basics import _require_init
+from .process_sets import global_process_set
+from .requests import Collective, Request, auto_name, submit, submit_group
+
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+
+_pending = {}  # int handle -> (Handle, function turning it into the result)
+_handle_ids = itertools.count(1)
+
+
+def resolve_op(op, average, default=Average):
+    """Horovod's rule: ``average`` is a deprecated alias of ``op``; giving both is an error."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average; please provide only one of them.")
+    if op is None:
+        op = default if average is None else (Average if average else Sum)
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not implemented in hvdlite; use Average or Sum.")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"unknown reduce op {op!r}")
+    return op
+
+
+def dtype_name(array):
+    name = array.dtype.name
+    return "bool" if name == "bool" else name
+
+
+def reducescatter_rows(dim0, set_size, set_rank):
+    """Rows a rank receives from reducescatter: the first dim0 % size ranks get one extra."""
+    return dim0 // set_size + (1 if set_rank < dim0 % set_size else 0)
+
+
+def _track(handle, finish):
+    handle_id = next(_handle_ids)
+    _pending[handle_id] = (handle, finish)
+    return handle_id
+
+
+def poll(handle_id):
+    """True when the request behind handle_id has finished."""
+    return _pending[handle_id][0].poll()
+
+
+def synchronize(handle_id):
+    """Waits for handle_id and returns its result; raises HvdliteError if the collective failed."""
+    handle, finish = _pending.pop(handle_id)
+    try:
+        handle.wait()
+        return finish(handle)
+    finally:
+        handle.release()
+
+
+def _core_output(handle, dtype):
+    shape = handle.output_shape()
+    return handle.output_buffer().view(dtype).reshape(shape).copy()
+
+
+def _allreduce_request(array, name, op, prescale_factor, postscale_factor, process_set):
+    array = np.ascontiguousarray(array)
+    output = np.empty_like(array)
+    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce"), dtype_name(array), array.shape,
+                      array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
+                      process_set=process_set, keepalive=(array, output))
+    return request, output
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    _require_init()
+    op = resolve_op(op, average)
+    request, output = _allreduce_request(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _track(submit(request), lambda handle: output)
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set):
+    """Reduces tensor over all ranks of the process set; returns a new array."""
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    _require_init()
+    op = resolve_op(op, average)
+    base = name or auto_name("grouped_allreduce")
+    pairs = [_allreduce_request(t, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
+             for i, t in enumerate(tensors)]
+    handles = submit_group([request for request, _ in pairs])
+    outputs = [output for _, output in pairs]
+    # One int handle for the group, as in Horovod: synchronize returns the list.
+    return _track(_GroupHandle(handles), lambda group: outputs)
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                                               process_set))
+
+
+class _GroupHandle:
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def wait(self):
+        for h in self.handles:
+            h.wait()
+
+    def release(self):
+        for h in self.handles:
+            h.release()
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    _require_init()
+    array = np.ascontiguousarray(tensor)
+    if array.ndim == 0:
+        array = array.reshape(1)
+    request = Request(Collective.ALLGATHER, name or auto_name("allgather"), dtype_name(array), array.shape,
+                      array.ctypes.data, 0, process_set=process_set, keepalive=(array,))
+    return _track(submit(request), lambda handle: _core_output(handle, array.dtype))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    _require_init()
+    array = np.ascontiguousarray(tensor)
+    output = np.empty_like(array)
+    request = Request(Collective.BROADCAST, name or auto_name("broadcast"), dtype_name(array), array.shape,
+                      array.ctypes.data, output.ctypes.data, root_rank=root_rank, process_set=process_set,
+                      keepalive=(array, output))
+    return _track(submit(request), lambda handle: output)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's tensor on every rank."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    _require_init()
+    array = np.ascontiguousarray(tensor)
+    request = Request(Collective.ALLTOALL, name or auto_name("alltoall"), dtype_name(array), array.shape,
+                      array.ctypes.data, 0, splits=None if splits is None else list(np.asarray(splits).ravel()),
+                      process_set=process_set, keepalive=(array,))
+
+    def finish(handle):
+        output = _core_output(handle, array.dtype)
+        return output if splits is None else (output, np.asarray(handle.received_splits(), dtype=np.int32))
+    return _track(submit(request), finish)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows to rank i; returns the received rows (and, with splits, how many came from each)."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    _require_init()
+    op = resolve_op(op, None)
+    array = np.ascontiguousarray(tensor)
+    if array.ndim == 0:
+        raise ValueError("reducescatter needs a tensor with at least one dimension")
+    rows = reducescatter_rows(array.shape[0], process_set.size(), process_set.rank())
+    output = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
+    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter"), dtype_name(array), array.shape,
+                      array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
+                      process_set=process_set, keepalive=(array, output))
+    return _track(submit(request), lambda handle: output)
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces over ranks and leaves each rank its slice of rows."""
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of the process set has reached it."""
+    _require_init()
+    request = Request(Collective.BARRIER, auto_name("barrier"), "uint8", (), process_set=process_set)
+    synchronize(_track(submit(request), lambda handle: None))
+
+
+def join(process_set=global_process_set):
+    """Signals that this rank has no more data: until every rank has joined, it contributes zeros to the
+    others' allreduces. Returns the rank that joined last."""
+    _require_init()
+    request = Request(Collective.JOIN, "__hvdlite.join", "uint8", (), process_set=process_set)
+    return synchronize(_track(submit(request), lambda handle: handle.result()))
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Pickles obj on root_rank and returns it on every rank."""
+    name = name or auto_name("broadcast_object")
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if process_set.rank() == root_rank else None
+    length = np.array([0 if payload is None else payload.size], dtype=np.int64)
+    length = broadcast(length, root_rank, name=f"{name}.length", process_set=process_set)
+    data = payload if payload is not None else np.empty(int(length[0]), dtype=np.uint8)
+    data = broadcast(data, root_rank, name=f"{name}.data", process_set=process_set)
+    return pickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Pickles obj on every rank; returns the list of all ranks' objects, in rank order."""
+    name = name or auto_name("allgather_object")
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.lengths", process_set=process_set)
+    data = allgather(payload, name=f"{name}.data", process_set=process_set)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [pickle.loads(data[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(lengths))]

@@ -1,0 +1,98 @@
+"""Process sets: groups of ranks that run collectives among themselves.
+
+Every rank of the job adds and removes process sets with the same arguments in the same order;
+the core agrees on them through its own negotiation, so the ids match everywhere.
+"""
+from ._native import error_buffer, error_text, ffi, lib
+from .errors import HvdliteError
+
+
+class ProcessSet:
+    """A set of global ranks. Pass it as ``process_set=`` to any collective."""
+
+    def __init__(self, ranks_or_comm):
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator
+            from mpi4py import MPI
+            group = ranks_or_comm.Get_group()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group())
+        else:
+            ranks = ranks_or_comm
+        self.ranks = sorted(int(r) for r in ranks)
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError("this process set has not been added: call hvd.add_process_set() first")
+        return self.process_set_id
+
+    def size(self):
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank inside the set, or -1 if it is not a member."""
+        return lib.hvdlite_process_set_rank(self._id())
+
+    def included(self):
+        return self.rank() >= 0
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+def _refresh_global(size):
+    global_process_set.ranks = list(range(size))
+
+
+def _wait_for_change(handle, what):
+    if handle < 0:
+        raise AssertionError("unreachable")
+    try:
+        if lib.hvdlite_wait(handle) != 0:
+            buffer = error_buffer()
+            lib.hvdlite_handle_error(handle, buffer, len(buffer))
+            raise ValueError(f"{what} failed: {error_text(buffer)}")
+        return lib.hvdlite_handle_result(handle)
+    finally:
+        lib.hvdlite_release(handle)
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) on every rank; returns the ProcessSet."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set} has already been added")
+    ranks = ffi.new("int32_t[]", process_set.ranks)
+    buffer = error_buffer()
+    handle = lib.hvdlite_add_process_set(ranks, len(process_set.ranks), buffer, len(buffer))
+    if handle < 0:
+        _raise_enqueue_error(handle, buffer)
+    process_set.process_set_id = int(_wait_for_change(handle, f"add_process_set({process_set.ranks})"))
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a process set on every rank; returns True if it existed."""
+    if process_set.process_set_id in (None, 0):
+        return False
+    buffer = error_buffer()
+    handle = lib.hvdlite_remove_process_set(process_set.process_set_id, buffer, len(buffer))
+    if handle < 0:
+        _raise_enqueue_error(handle, buffer)
+    try:
+        _wait_for_change(handle, f"remove_process_set({process_set.process_set_id})")
+    except ValueError:
+        return False
+    process_set.process_set_id = None
+    return True
+
+
+def _raise_enqueue_error(code, buffer):
+    message = error_text(buffer)
+    if code == -3:
+        raise HvdliteError(message)
+    raise ValueError(message)

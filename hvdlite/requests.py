@@ -1,0 +1,175 @@
+"""The pointer-level entry of the core, for adapters: a Request in, a Handle out.
+
+Adapters turn their tensors into (address, dtype, shape) and keep them alive through ``keepalive``;
+nothing here copies tensor data.
+"""
+import itertools
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _native
+from ._native import error_buffer, error_text, ffi, lib
+from .errors import HvdliteError
+from .process_sets import ProcessSet, global_process_set
+
+
+class Collective:
+    ALLREDUCE = lib.HVDLITE_ALLREDUCE
+    ALLGATHER = lib.HVDLITE_ALLGATHER
+    BROADCAST = lib.HVDLITE_BROADCAST
+    ALLTOALL = lib.HVDLITE_ALLTOALL
+    REDUCESCATTER = lib.HVDLITE_REDUCESCATTER
+    BARRIER = lib.HVDLITE_BARRIER
+    JOIN = lib.HVDLITE_JOIN
+
+
+DTYPES = {
+    "uint8": lib.HVDLITE_UINT8, "int8": lib.HVDLITE_INT8, "int16": lib.HVDLITE_INT16,
+    "int32": lib.HVDLITE_INT32, "int64": lib.HVDLITE_INT64, "float16": lib.HVDLITE_FLOAT16,
+    "bfloat16": lib.HVDLITE_BFLOAT16, "float32": lib.HVDLITE_FLOAT32, "float64": lib.HVDLITE_FLOAT64,
+    "bool": lib.HVDLITE_BOOL,
+}
+
+_name_counters = {}
+
+
+def auto_name(kind):
+    """A name for an unnamed tensor; equal on every rank that calls collectives in the same order."""
+    counter = _name_counters.setdefault(kind, itertools.count())
+    return f"{kind}.noname.{next(counter)}"
+
+
+@dataclass
+class Request:
+    collective: int
+    name: str
+    dtype: str
+    shape: Sequence[int]
+    input_ptr: int = 0
+    output_ptr: int = 0
+    op: int = 0
+    prescale_factor: float = 1.0
+    postscale_factor: float = 1.0
+    root_rank: int = 0
+    splits: Optional[Sequence[int]] = None
+    process_set: ProcessSet = global_process_set
+    keepalive: Any = ()
+
+
+class Handle:
+    """One submitted request. Wait (or poll), read the output, then release."""
+
+    __slots__ = ("_id", "_keepalive", "name")
+
+    def __init__(self, handle_id, keepalive, name):
+        self._id = handle_id
+        self._keepalive = keepalive
+        self.name = name
+
+    def poll(self):
+        return lib.hvdlite_poll(self._id) == 1
+
+    def wait(self):
+        """Blocks until done (cffi releases the GIL during the call); raises HvdliteError on failure."""
+        if lib.hvdlite_wait(self._id) != 0:
+            buffer = error_buffer()
+            lib.hvdlite_handle_error(self._id, buffer, len(buffer))
+            raise HvdliteError(error_text(buffer) or f"request '{self.name}' failed")
+
+    def result(self):
+        return int(lib.hvdlite_handle_result(self._id))
+
+    def output_shape(self):
+        ndim = lib.hvdlite_handle_output_ndim(self._id)
+        shape = ffi.new("int64_t[]", max(ndim, 1))
+        lib.hvdlite_handle_output_shape(self._id, shape, ndim)
+        return tuple(shape[i] for i in range(ndim))
+
+    def output_buffer(self):
+        """The core-allocated output bytes as a uint8 array viewing core memory (valid until release)."""
+        nbytes = ffi.new("int64_t*")
+        data = lib.hvdlite_handle_output_data(self._id, nbytes)
+        if nbytes[0] == 0:
+            return np.empty(0, dtype=np.uint8)
+        return np.frombuffer(ffi.buffer(data, nbytes[0]), dtype=np.uint8)
+
+    def received_splits(self):
+        capacity = 1 << 16
+        splits = ffi.new("int32_t[]", capacity)
+        n = lib.hvdlite_handle_received_splits(self._id, splits, capacity)
+        return [splits[i] for i in range(max(n, 0))]
+
+    def release(self):
+        if self._id is not None:
+            lib.hvdlite_release(self._id)
+            self._id = None
+            self._keepalive = None
+
+    def __del__(self):
+        # A handle dropped before completion must stay in the core until it finishes; only release
+        # finished ones here (the core still writes into the output of a pending one).
+        if getattr(self, "_id", None) is not None and lib.hvdlite_poll(self._id) == 1:
+            self.release()
+
+
+def _fill(c_request, request, owned):
+    if request.dtype not in DTYPES:
+        raise TypeError(f"hvdlite does not support dtype {request.dtype!r} (tensor '{request.name}'); "
+                        f"supported: {', '.join(DTYPES)}")
+    name = ffi.new("char[]", request.name.encode())
+    shape = ffi.new("int64_t[]", [int(d) for d in request.shape] or [0])
+    owned += [name, shape]
+    c_request.collective = request.collective
+    c_request.name = name
+    c_request.dtype = DTYPES[request.dtype]
+    c_request.ndim = len(request.shape)
+    c_request.shape = shape
+    c_request.input = ffi.cast("void *", request.input_ptr)
+    c_request.output = ffi.cast("void *", request.output_ptr)
+    c_request.reduce_op = request.op
+    c_request.prescale_factor = request.prescale_factor
+    c_request.postscale_factor = request.postscale_factor
+    c_request.root_rank = request.root_rank
+    c_request.process_set_id = request.process_set._id()
+    c_request.splits = ffi.NULL
+    if request.splits is not None:
+        splits = [int(s) for s in request.splits]
+        if len(splits) != request.process_set.size():
+            raise ValueError(f"alltoall of '{request.name}': splits needs one entry per rank of the process set "
+                             f"({request.process_set.size()}), got {len(splits)}")
+        c_splits = ffi.new("int32_t[]", splits)
+        owned.append(c_splits)
+        c_request.splits = c_splits
+
+
+def _raise_for(code, buffer):
+    message = error_text(buffer)
+    if code == -3:
+        raise HvdliteError(message)
+    raise ValueError(message)
+
+
+def submit_group(requests):
+    """Submits requests that run together (fused where their types allow); returns their handles."""
+    if not requests:
+        return []
+    c_requests = ffi.new("hvdlite_request[]", len(requests))
+    owned = []
+    for c_request, request in zip(c_requests, requests):
+        _fill(c_request, request, owned)
+    handles = ffi.new("hvdlite_handle[]", len(requests))
+    buffer = error_buffer()
+    code = lib.hvdlite_enqueue_group(c_requests, len(requests), handles, buffer, len(buffer))
+    if code != 0:
+        _raise_for(code, buffer)
+    return [Handle(handles[i], r.keepalive, r.name) for i, r in enumerate(requests)]
+
+
+def submit(request):
+    """Submits one request; returns its Handle at once."""
+    return submit_group([request])[0]
+
+
+_ = _native  # the module keeps the library loaded for the lifetime of handles
