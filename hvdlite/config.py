@@ -1,0 +1,211 @@
+"""THE one configuration table of hvdlite.
+
+Every setting is listed once in SETTINGS: its HVDLITE_* environment variable, the HOROVOD_* name accepted as an
+alias (the HVDLITE_* name wins when both are set), default, meaning, and the hvdliterun flag that sets it.
+`resolve()` reads and validates the environment, `to_native()` fills the C struct `hvdlite_config`
+(native/include/hvdlite.h), and `markdown_table()` renders the table that README.md shows.
+"""
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+MiB = 1024 * 1024
+
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
+ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi")  # index = enum hvdlite_allreduce_algorithm
+
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+def _parse_non_negative_int(text):
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _parse_non_negative_float(text):
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):  # also rejects nan
+        raise ValueError("expected a finite number >= 0")
+    return value
+
+
+def _parse_bool(text):
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"expected one of {', '.join(_TRUE_WORDS + _FALSE_WORDS[:-1])}")
+
+
+def _choice_parser(choices):
+    def parse(text):
+        word = text.strip().lower()
+        if word not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return word
+    return parse
+
+
+def _parse_text(text):
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One tunable: where it is read from, what it means, and how the launcher sets it."""
+    name: str                      # key in resolve()'s dict
+    env: str                       # HVDLITE_* variable
+    alias: Optional[str]           # HOROVOD_* variable accepted too
+    default: object
+    type_name: str                 # shown in the table: bytes, int, float, bool, choice, path
+    parse: Callable[[str], object]
+    meaning: str
+    flag: Optional[str] = None     # hvdliterun flag
+    flag_scale: int = 1            # flag value times this gives the env value (MiB flags -> bytes)
+    choices: Sequence[str] = ()
+    default_text: Optional[str] = None
+
+    def read(self, environ=None):
+        """This setting's value from environ (HVDLITE_* first, then the HOROVOD_* alias, then the default)."""
+        environ = os.environ if environ is None else environ
+        for variable in (self.env, self.alias):
+            if variable and variable in environ:
+                raw = environ[variable]
+                try:
+                    return self.parse(raw)
+                except ValueError as error:
+                    raise ValueError(f"{variable}={raw!r} is invalid ({self.meaning}): {error}") from None
+        return self.default
+
+    def flag_to_env(self, value):
+        """The environment value that the launcher flag's value stands for (validated like the env var)."""
+        if self.type_name == "bool":
+            return "1" if value else "0"
+        if self.flag_scale != 1:
+            text = str(int(round(float(value) * self.flag_scale)))
+        else:
+            text = str(value)
+        try:
+            self.parse(text)
+        except ValueError as error:
+            raise ValueError(f"{self.flag} {value!r} is invalid: {error}") from None
+        return text
+
+
+SETTINGS = (
+    Setting("fusion_threshold_bytes", "HVDLITE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", 64 * MiB, "bytes",
+            _parse_non_negative_int, "Largest fused all-reduce buffer in bytes; 0 disables fusion",
+            flag="--fusion-threshold-mb", flag_scale=MiB, default_text="67108864 (64 MiB)"),
+    Setting("cycle_time_ms", "HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", 1.0, "float",
+            _parse_non_negative_float, "Longest wait in milliseconds between negotiation rounds",
+            flag="--cycle-time-ms"),
+    Setting("cache_capacity", "HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024, "int",
+            _parse_non_negative_int, "Response cache entries for the fast negotiation path; 0 disables it",
+            flag="--cache-capacity"),
+    Setting("stall_check_seconds", "HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,
+            "float", _parse_non_negative_float,
+            "Seconds before tensors that some ranks never submitted are reported; 0 disables",
+            flag="--stall-check-time-seconds"),
+    Setting("stall_shutdown_seconds", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+            0.0, "float", _parse_non_negative_float,
+            "Seconds before stalled tensors fail with an error; 0 never", flag="--stall-shutdown-time-seconds"),
+    Setting("stall_check_disable", "HVDLITE_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", False, "bool",
+            _parse_bool, "Turn the stall inspector off", flag="--no-stall-check"),
+    Setting("allreduce_algorithm", "HVDLITE_ALLREDUCE_ALGORITHM", None, "auto", "choice",
+            _choice_parser(ALLREDUCE_ALGORITHMS),
+            "All-reduce algorithm: auto picks by message size, ring or mpi force one",
+            flag="--allreduce-algorithm", choices=ALLREDUCE_ALGORITHMS),
+    Setting("ring_segment_bytes", "HVDLITE_RING_SEGMENT_BYTES", None, MiB, "bytes", _parse_non_negative_int,
+            "Pipelining segment of the ring all-reduce in bytes", default_text="1048576 (1 MiB)"),
+    Setting("auto_ring_min_bytes", "HVDLITE_AUTO_RING_MIN_BYTES", None, 16 * MiB, "bytes", _parse_non_negative_int,
+            "With auto, messages from this many bytes use the ring, smaller ones MPI_Allreduce",
+            default_text="16777216 (16 MiB)"),
+    Setting("log_level", "HVDLITE_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "choice", _choice_parser(LOG_LEVELS),
+            "Log level", flag="--log-level", choices=LOG_LEVELS),
+    Setting("timeline_path", "HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "", "path", _parse_text,
+            "Chrome trace file written by rank 0 from the start; empty for none", flag="--timeline-filename",
+            default_text="(none)"),
+    Setting("timeline_mark_cycles", "HVDLITE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", False, "bool",
+            _parse_bool, "Mark negotiation cycles in the timeline", flag="--timeline-mark-cycles"),
+    Setting("autotune", "HVDLITE_AUTOTUNE", "HOROVOD_AUTOTUNE", False, "bool", _parse_bool,
+            "Tune fusion threshold and cycle time online", flag="--autotune"),
+    Setting("autotune_log", "HVDLITE_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path", _parse_text,
+            "CSV file of autotune trials; empty for none", flag="--autotune-log-file", default_text="(none)"),
+)
+
+SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def resolve(environ=os.environ):
+    """All settings as {name: value}, read from environ. Raises ValueError naming the variable and bad value."""
+    return {setting.name: setting.read(environ) for setting in SETTINGS}
+
+
+def to_native(ffi, settings=None):
+    """A filled `hvdlite_config *` and the C strings it points to, returned as (config, keepalive).
+
+    Hold keepalive for as long as the core may read the struct's strings (hvdlite_init copies what it keeps).
+    """
+    settings = resolve() if settings is None else settings
+    config = ffi.new("hvdlite_config *")
+    config.fusion_threshold_bytes = settings["fusion_threshold_bytes"]
+    config.cycle_time_ms = settings["cycle_time_ms"]
+    config.cache_capacity = settings["cache_capacity"]
+    config.stall_check_seconds = 0.0 if settings["stall_check_disable"] else settings["stall_check_seconds"]
+    config.stall_shutdown_seconds = settings["stall_shutdown_seconds"]
+    config.allreduce_algorithm = ALLREDUCE_ALGORITHMS.index(settings["allreduce_algorithm"])
+    config.ring_segment_bytes = settings["ring_segment_bytes"]
+    config.auto_ring_min_bytes = settings["auto_ring_min_bytes"]
+    config.log_level = LOG_LEVELS.index(settings["log_level"])
+    config.timeline_mark_cycles = int(settings["timeline_mark_cycles"])
+    config.autotune = int(settings["autotune"])
+    timeline_path = ffi.new("char[]", os.fsencode(settings["timeline_path"]))
+    autotune_log = ffi.new("char[]", os.fsencode(settings["autotune_log"]))
+    config.timeline_path = timeline_path
+    config.autotune_log = autotune_log
+    return config, (timeline_path, autotune_log)
+
+
+def _default_text(setting):
+    if setting.default_text is not None:
+        return setting.default_text
+    if isinstance(setting.default, bool):
+        return "1" if setting.default else "0"
+    if isinstance(setting.default, float):
+        return f"{setting.default:g}"
+    return str(setting.default)
+
+
+def _flag_text(setting):
+    if not setting.flag:
+        return ""
+    if setting.type_name == "bool":
+        return f"`{setting.flag}`"
+    unit = " (MiB)" if setting.flag_scale == MiB else ""
+    return f"`{setting.flag} VALUE`{unit}"
+
+
+def markdown_table():
+    """The configuration table in Markdown, as README.md shows it."""
+    lines = ["| Variable | Horovod alias | Default | Values | hvdliterun flag | Meaning |",
+             "|---|---|---|---|---|---|"]
+    for setting in SETTINGS:
+        values = " \\| ".join(setting.choices) if setting.choices else setting.type_name
+        alias = f"`{setting.alias}`" if setting.alias else ""
+        lines.append(f"| `{setting.env}` | {alias} | {_default_text(setting)} | {values} | {_flag_text(setting)} "
+                     f"| {setting.meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m hvdlite.config prints the table for README.md
+    print(markdown_table(), end="")
