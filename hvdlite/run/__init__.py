@@ -1,0 +1,1 @@
+"""hvdliterun: a thin front over the MPI library's own mpiexec (`python -m hvdlite.run` is the same)."""

@@ -1,0 +1,68 @@
+"""hvdliterun's command line. Tuning flags come from the configuration table (hvdlite.config.SETTINGS)."""
+import argparse
+
+from .. import config
+from .hosts import parse_host_list, read_hostfile
+
+USAGE = "hvdliterun -np N [-H host:slots,...|--hostfile FILE] [tuning flags] [--verbose] [--dry-run] COMMAND ..."
+
+
+def _add_tuning_flags(parser):
+    group = parser.add_argument_group("tuning (each sets its HVDLITE_* variable on every rank)")
+    for setting in config.SETTINGS:
+        if not setting.flag:
+            continue
+        dest = "setting_" + setting.name
+        help_text = f"{setting.meaning} (sets {setting.env})"
+        if setting.type_name == "bool":
+            group.add_argument(setting.flag, dest=dest, action="store_true", default=None, help=help_text)
+        elif setting.choices:
+            group.add_argument(setting.flag, dest=dest, choices=setting.choices, help=help_text)
+        else:
+            unit = "MiB" if setting.flag_scale == config.MiB else setting.type_name.upper()
+            group.add_argument(setting.flag, dest=dest, metavar=unit, help=help_text)
+
+
+def make_parser():
+    parser = argparse.ArgumentParser(prog="hvdliterun", usage=USAGE,
+                                     description="Run a data-parallel job through the MPI library's mpiexec.")
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True, help="number of processes")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. a:2,b:2 (default: this host)")
+    hosts.add_argument("--hostfile", dest="hostfile", help="file of 'host slots=N' or 'host:N' lines")
+    parser.add_argument("--mpiexec", help="mpiexec to use (default: the one of the MPI hvdlite was built with)")
+    parser.add_argument("--no-abort-on-exception", dest="abort_on_exception", action="store_false",
+                        help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
+                             "when one rank raises)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print the mpiexec command before running it")
+    parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command and exit")
+    _add_tuning_flags(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    return parser
+
+
+def parse_args(argv=None):
+    """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile) and .tuning_env (HVDLITE_* -> value)."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.num_proc < 1:
+        parser.error("-np must be at least 1")
+    if not args.command:
+        parser.error("no command given, e.g. hvdliterun -np 2 python train.py")
+    try:
+        args.hosts = parse_host_list(args.hosts) if args.hosts else None
+        args.hostfile = read_hostfile(args.hostfile) if args.hostfile else None
+        args.tuning_env = tuning_env(args)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    return args
+
+
+def tuning_env(args):
+    """{HVDLITE_* name: value} for every tuning flag given on the command line."""
+    env = {}
+    for setting in config.SETTINGS:
+        value = getattr(args, "setting_" + setting.name, None)
+        if setting.flag and value is not None:
+            env[setting.env] = setting.flag_to_env(value)
+    return env

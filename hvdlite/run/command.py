@@ -1,0 +1,78 @@
+"""The mpiexec command line for a job, spelled for hydra (MPICH) or Open MPI. Pure functions: no processes."""
+import os
+import re
+
+from .hosts import host_list_text
+from .mpiexec import HYDRA, OPENMPI
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
+_PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def abort_on_exception(command):
+    """Runs a Python program as `python -m mpi4py program ...`, which calls MPI_Abort on an uncaught exception
+    or a non-zero sys.exit. Without it the failing rank hangs in MPI_Finalize and hydra never ends the job.
+    Anything else (not Python, interactive, already wrapped, flags we cannot read) is returned unchanged."""
+    command = list(command)
+    if not command or not _PYTHON_NAME.match(os.path.basename(command[0])):
+        return command
+    index = 1
+    while index < len(command):
+        arg = command[index]
+        if arg in ("-m", "-c", "-") or not arg.startswith("-"):
+            break  # the program: -m module, -c code, - (stdin) or a script path
+        if arg in _PYTHON_OPTIONS_WITH_VALUE:
+            index += 2
+            continue
+        if not arg.startswith(("--", "-W", "-X")) and len(arg) > 2 and ("m" in arg or "c" in arg):
+            return command  # combined short flags such as -um: leave them alone rather than guess
+        index += 1
+    else:
+        return command  # no program: interactive or -V
+    if command[index:index + 2] == ["-m", "mpi4py"]:
+        return command
+    return command[:index] + ["-m", "mpi4py"] + command[index:]
+
+
+def _hostfile_matches(flavour, hostfile):
+    # hydra reads "host:N" lines, Open MPI "host slots=N"; a bare host list suits both.
+    return hostfile.style == "bare" or hostfile.style == ("colon" if flavour == HYDRA else "slots")
+
+
+def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
+                  run_as_root=False):
+    """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
+
+    hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
+    forward_env: names of variables to forward as they are (Open MPI does not forward the environment to other
+    hosts by itself; hydra does). run_as_root: Open MPI refuses root without --allow-run-as-root.
+    """
+    env = dict(env or {})
+    if hosts and hostfile:
+        raise ValueError("give either -H or --hostfile, not both")
+    if flavour == HYDRA:
+        argv = [mpiexec, "-n", str(num_proc)]
+        if hosts:
+            argv += ["-hosts", host_list_text(hosts)]
+        elif hostfile:
+            argv += ["-f", hostfile.path] if _hostfile_matches(flavour, hostfile) \
+                else ["-hosts", host_list_text(hostfile.hosts)]
+        for name, value in env.items():
+            argv += ["-genv", name, str(value)]
+    elif flavour == OPENMPI:
+        argv = [mpiexec, "-np", str(num_proc), "--oversubscribe"]
+        if run_as_root:
+            argv.append("--allow-run-as-root")
+        if hosts:
+            argv += ["-H", host_list_text(hosts)]
+        elif hostfile:
+            argv += ["--hostfile", hostfile.path] if _hostfile_matches(flavour, hostfile) \
+                else ["-H", host_list_text(hostfile.hosts)]
+        for name, value in env.items():
+            argv += ["-x", f"{name}={value}"]
+        for name in forward_env:
+            if name not in env:
+                argv += ["-x", name]
+    else:
+        raise ValueError(f"unknown MPI flavour {flavour!r}")
+    return argv + list(program)

@@ -1,0 +1,107 @@
+"""Runs the mpiexec command: forwards SIGINT/SIGTERM to it, passes its exit code on, and leaves no process behind.
+
+hydra starts its proxies and the ranks each in a session of their own, so killing mpiexec's process group does
+not reach them. Every process of the job instead carries JOB_MARKER=<id> in its environment (set on mpiexec,
+inherited by proxies and ranks), and after mpiexec ends any local process still carrying it is killed.
+"""
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+JOB_MARKER = "HVDLITE_JOB_ID"
+KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
+
+
+def new_job_id():
+    return uuid.uuid4().hex
+
+
+def processes_of_job(job_id):
+    """PIDs of live local processes whose environment carries JOB_MARKER=job_id (zombies excluded)."""
+    needle = f"{JOB_MARKER}={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as stream:
+                if needle not in stream.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as stream:
+                state = stream.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def kill_job_leftovers(job_id, log=None):
+    """SIGKILLs what is left of the job on this host; returns the PIDs it found."""
+    leftovers = processes_of_job(job_id)
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if leftovers and log:
+        log(f"killed {len(leftovers)} leftover process(es) of the job: {leftovers}")
+    return leftovers
+
+
+def exit_code(returncode):
+    """A shell-style exit code: a process killed by signal N gives 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _end_with_parent():
+    """In the child before exec: SIGTERM when the launcher dies, even by SIGKILL (mpiexec then ends the ranks)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def run_job(argv, env, job_id, log=None):
+    """Runs argv with env (JOB_MARKER added) to the end and returns the exit code to exit with."""
+    env = dict(env, **{JOB_MARKER: job_id})
+    # Own session: a Ctrl-C in the terminal reaches only us, and we forward it exactly once.
+    process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_end_with_parent)
+    received = []
+
+    def hard_kill():
+        if process.poll() is None:
+            if log:
+                log(f"mpiexec did not end {KILL_GRACE_SECONDS:g} s after the signal; killing the job")
+            process.kill()
+        kill_job_leftovers(job_id, log)
+
+    def forward(signum, _frame):
+        received.append(signum)
+        if len(received) > 1:  # a second signal: stop waiting
+            hard_kill()
+            return
+        if process.poll() is None:
+            process.send_signal(signum)  # hydra and Open MPI pass it to the ranks and clean up
+        timer = threading.Timer(KILL_GRACE_SECONDS, hard_kill)
+        timer.daemon = True
+        timer.start()
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        returncode = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    # A rank may still be exiting (or hydra left one behind): give it a moment, then make sure.
+    deadline = time.monotonic() + 1.0
+    while processes_of_job(job_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    kill_job_leftovers(job_id, log)
+    if received and returncode == 0:
+        return 128 + received[0]
+    return exit_code(returncode)

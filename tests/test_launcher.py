@@ -1,0 +1,268 @@
+"""hvdliterun: command lines for hydra and Open MPI (pure), and real 2-rank jobs (mpi4py only, no native core)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+import hvdlite.run
+from hvdlite.run.arguments import parse_args
+from hvdlite.run.command import abort_on_exception, build_command
+from hvdlite.run.hosts import Host, parse_host_list, read_hostfile
+from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
+
+PYTHON = sys.executable
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.run.__file__))))
+
+
+# ---- command lines (pure) ----
+
+def test_hydra_spells_hosts_env_and_count():
+    argv = build_command(HYDRA, "/m/mpiexec", 4, ["prog", "x"], env={"HVDLITE_CYCLE_TIME": "2"},
+                         hosts=[Host("a", 2), Host("b", 2)])
+    assert argv == ["/m/mpiexec", "-n", "4", "-hosts", "a:2,b:2", "-genv", "HVDLITE_CYCLE_TIME", "2", "prog", "x"]
+
+
+def test_openmpi_spells_hosts_env_oversubscribe_and_root():
+    argv = build_command(OPENMPI, "mpirun", 4, ["prog"], env={"OMP_NUM_THREADS": "1"}, hosts=[Host("a", 2)],
+                         forward_env=["HOROVOD_TIMELINE", "OMP_NUM_THREADS"], run_as_root=True)
+    assert argv == ["mpirun", "-np", "4", "--oversubscribe", "--allow-run-as-root", "-H", "a:2",
+                    "-x", "OMP_NUM_THREADS=1", "-x", "HOROVOD_TIMELINE", "prog"]
+
+
+def test_openmpi_without_root_has_no_root_flag():
+    assert "--allow-run-as-root" not in build_command(OPENMPI, "mpirun", 2, ["prog"])
+
+
+@pytest.mark.parametrize("lines,flavour,expected", [
+    ("a:2\nb:2\n", HYDRA, ["-f", "HOSTFILE"]),
+    ("a slots=2\nb slots=2\n", OPENMPI, ["--hostfile", "HOSTFILE"]),
+    ("a\nb\n", HYDRA, ["-f", "HOSTFILE"]),
+    ("a slots=2\n# comment\nb slots=3\n", HYDRA, ["-hosts", "a:2,b:3"]),  # Horovod's style, inlined for hydra
+    ("a:2\nb\n", OPENMPI, ["-H", "a:2,b"]),
+])
+def test_hostfile_passed_through_when_its_style_suits_else_inlined(tmp_path, lines, flavour, expected):
+    path = tmp_path / "hosts"
+    path.write_text(lines)
+    argv = build_command(flavour, "mpiexec", 2, ["prog"], hostfile=read_hostfile(str(path)))
+    expected = [str(path) if word == "HOSTFILE" else word for word in expected]
+    start = argv.index(expected[0])
+    assert argv[start:start + 2] == expected
+
+
+def test_host_list_parsing_and_errors(tmp_path):
+    assert parse_host_list("a:2, b") == [Host("a", 2), Host("b")]
+    with pytest.raises(ValueError):
+        parse_host_list("a:0")
+    bad = tmp_path / "hosts"
+    bad.write_text("a slots=two\n")
+    with pytest.raises(ValueError, match="hosts:1"):
+        read_hostfile(str(bad))
+
+
+@pytest.mark.parametrize("command,expected", [
+    (["python", "train.py", "--lr", "1"], ["python", "-m", "mpi4py", "train.py", "--lr", "1"]),
+    (["/usr/bin/python3.11", "-u", "t.py"], ["/usr/bin/python3.11", "-u", "-m", "mpi4py", "t.py"]),
+    (["python", "-W", "ignore", "-m", "pkg.train"], ["python", "-W", "ignore", "-m", "mpi4py", "-m", "pkg.train"]),
+    (["python3", "-c", "print(1)"], ["python3", "-m", "mpi4py", "-c", "print(1)"]),
+    (["python", "-m", "mpi4py", "t.py"], ["python", "-m", "mpi4py", "t.py"]),
+    (["python", "-um", "pkg"], ["python", "-um", "pkg"]),   # combined flags: not guessed at
+    (["python"], ["python"]),
+    (["./train.sh", "x"], ["./train.sh", "x"]),
+])
+def test_python_programs_run_through_mpi4py_so_an_exception_aborts_the_job(command, expected):
+    assert abort_on_exception(command) == expected
+
+
+def test_flavour_is_read_from_the_version_text():
+    assert flavour_from_version_text("HYDRA build details:\n    Version: 4.2.0") == HYDRA
+    assert flavour_from_version_text("mpiexec (OpenRTE) 4.1.4\n") == OPENMPI
+    assert flavour_from_version_text("mpirun (Open MPI) 5.0.3") == OPENMPI
+    with pytest.raises(RuntimeError):
+        flavour_from_version_text("something else")
+
+
+def test_tuning_flags_become_hvdlite_variables():
+    args = parse_args(["-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5", "--autotune",
+                       "--log-level", "debug", "--timeline-filename", "/tmp/t.json", "python", "t.py", "--autotune"])
+    assert args.tuning_env == {"HVDLITE_FUSION_THRESHOLD": str(32 << 20), "HVDLITE_CYCLE_TIME": "2.5",
+                               "HVDLITE_AUTOTUNE": "1", "HVDLITE_LOG_LEVEL": "debug",
+                               "HVDLITE_TIMELINE": "/tmp/t.json"}
+    assert args.command == ["python", "t.py", "--autotune"]  # the program's own flags stay the program's
+
+
+def test_bad_tuning_value_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["-np", "2", "--cycle-time-ms", "soon", "python", "t.py"])
+    assert exit_info.value.code == 2
+    assert "--cycle-time-ms" in capsys.readouterr().err
+
+
+# ---- real jobs through the launcher ----
+
+def _job_env(token, **extra):
+    env = dict(os.environ, HVDLITE_TEST_TOKEN=token, **extra)
+    env.pop("PYTHONUNBUFFERED", None)  # unbuffered ranks write a line in pieces, which hydra interleaves
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
+def _processes_with_token(token):
+    """Live processes (not zombies) whose environment carries the test's token: ranks, proxies, mpiexec."""
+    needle = f"HVDLITE_TEST_TOKEN={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as stream:
+                if needle not in stream.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as stream:
+                if stream.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
+def _write_script(tmp_path, body):
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _launch(tmp_path, body, *flags, timeout=60):
+    token = uuid.uuid4().hex
+    command = [PYTHON, "-m", "hvdlite.run", "-np", "2", *flags, PYTHON, _write_script(tmp_path, body)]
+    started = time.monotonic()
+    result = subprocess.run(command, env=_job_env(token), capture_output=True, text=True, timeout=timeout)
+    return result, time.monotonic() - started, token
+
+
+def test_two_ranks_run_and_receive_tuning_flags_as_environment(tmp_path):
+    result, _, token = _launch(tmp_path, """
+        import os
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        print("RANK", comm.rank, comm.size, os.environ["HVDLITE_CYCLE_TIME"], os.environ["HVDLITE_FUSION_THRESHOLD"],
+              os.environ["OMP_NUM_THREADS"], flush=True)
+    """, "--cycle-time-ms", "2.5", "--fusion-threshold-mb", "8")
+    assert result.returncode == 0, result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("RANK"))
+    assert lines == [f"RANK {rank} 2 2.5 {8 << 20} 1" for rank in (0, 1)]
+    assert _processes_with_token(token) == []
+
+
+def test_exit_code_of_the_job_is_forwarded(tmp_path):
+    result, _, _ = _launch(tmp_path, """
+        import sys
+        from mpi4py import MPI
+        MPI.COMM_WORLD.Barrier()
+        sys.exit(7)
+    """)
+    assert result.returncode == 7, result.stderr
+
+
+def test_verbose_prints_the_exact_mpiexec_command(tmp_path):
+    result, _, _ = _launch(tmp_path, "print('hello', flush=True)\n", "--verbose", "--log-level", "info")
+    assert result.returncode == 0
+    assert "-m mpi4py" in result.stderr and "HVDLITE_LOG_LEVEL" in result.stderr
+
+
+def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    result, _, _ = _launch(tmp_path, f"open({str(marker)!r}, 'w').close()\n", "--dry-run")
+    assert result.returncode == 0
+    assert "mpiexec" in result.stdout and "job.py" in result.stdout
+    assert not marker.exists()
+
+
+_PEER_WAITS_FOREVER = """
+    import os, sys, time
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    comm.Barrier()
+    if comm.rank == 1:
+        time.sleep(0.5)
+        {failure}
+    comm.recv(source=1)   # rank 0 would wait for rank 1 forever
+"""
+
+
+@pytest.mark.parametrize("failure", [
+    "raise RuntimeError('rank 1 fails')",
+    "os.kill(os.getpid(), 9)",
+])
+def test_a_dying_rank_ends_the_whole_job_quickly_and_leaves_no_process(tmp_path, failure):
+    result, elapsed, token = _launch(tmp_path, _PEER_WAITS_FOREVER.format(failure=failure), timeout=60)
+    assert result.returncode != 0
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+    time.sleep(0.5)
+    assert _processes_with_token(token) == []
+
+
+_SLEEPS = """
+    import time
+    from mpi4py import MPI
+    print("UP", MPI.COMM_WORLD.rank, flush=True)
+    time.sleep(300)
+"""
+
+
+def _wait_until_both_ranks_are_up(launcher):
+    seen = ""
+    while seen.count("UP") < 2:
+        line = launcher.stdout.readline()
+        assert line, f"job ended before both ranks were up: {seen!r}"
+        seen += line
+
+
+def test_sigterm_to_the_launcher_ends_the_job_and_is_reported_in_the_exit_code(tmp_path):
+    token = uuid.uuid4().hex
+    script = _write_script(tmp_path, _SLEEPS)
+    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.run", "-np", "2", PYTHON, script], env=_job_env(token),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    _wait_until_both_ranks_are_up(launcher)
+    started = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    returncode = launcher.wait(timeout=30)
+    assert returncode != 0
+    assert time.monotonic() - started < 30
+    time.sleep(0.5)
+    assert _processes_with_token(token) == []
+
+
+def test_processes_a_rank_leaves_behind_are_killed(tmp_path):
+    # A rank starts a daemon in a session of its own; mpiexec knows nothing of it, the launcher still does.
+    # (The daemon lets go of stdout/stderr as daemons do: hydra waits for every holder of a rank's output.)
+    result, _, token = _launch(tmp_path, """
+        import subprocess, sys
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.rank == 0:
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """)
+    assert result.returncode == 0, result.stderr
+    time.sleep(0.5)
+    assert _processes_with_token(token) == []
+
+
+def test_killing_the_launcher_outright_still_ends_the_job(tmp_path):
+    token = uuid.uuid4().hex
+    script = _write_script(tmp_path, _SLEEPS)
+    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.run", "-np", "2", PYTHON, script], env=_job_env(token),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    _wait_until_both_ranks_are_up(launcher)
+    launcher.kill()  # SIGKILL: no handler runs; mpiexec learns of it through PR_SET_PDEATHSIG
+    launcher.wait()
+    deadline = time.monotonic() + 30
+    while _processes_with_token(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with_token(token) == []
