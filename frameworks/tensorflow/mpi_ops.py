@@ -1,0 +1,312 @@
+"""TensorFlow collectives with Horovod's names and arguments.
+
+Each works on eager tensors and inside ``tf.function``, and is differentiable where that means something:
+the gradient of an allreduce is an allreduce, of an allgather a sum-reduce sliced to this rank's rows,
+of a broadcast a reduction to the root, of an alltoall the reverse alltoall, of a reducescatter an allgather.
+The work itself is done by numpy_collectives.py through tensor_bridge.py.
+"""
+import numpy as np
+import tensorflow as tf
+
+from hvdlite import ops as core_ops
+from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum, reducescatter_rows
+from hvdlite.process_sets import global_process_set
+
+from . import numpy_collectives
+from . import tensor_bridge as bridge
+from .compression import Compression
+
+_REDUCE_OPS = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule: ``op`` wins; the deprecated ``average`` maps True/False to Average/Sum; default Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        return Average if average else Sum
+    return Average
+
+
+def _check_op(op):
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"unknown reduce op {op!r}; use one of hvdlite's Average, Sum, Adasum, Min, Max, Product")
+    return op
+
+
+def _differentiable(inputs, forward, backward):
+    """Runs ``forward(inputs) -> outputs`` under a custom gradient ``backward(inputs, outputs, grads)``.
+
+    Only floating inputs can carry a gradient; without one the forward runs bare (no extra identity ops)."""
+    if not any(t.dtype.is_floating or t.dtype.is_complex for t in inputs):
+        return forward(inputs)
+
+    @tf.custom_gradient
+    def op(*xs):
+        ys = forward(list(xs))
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if dy is None else dy for y, dy in zip(ys, dys)]
+            grads = backward(list(xs), ys, dys)
+            return [g if x.dtype.is_floating else None for g, x in zip(grads, xs)]
+        return ys, grad
+    return list(op(*inputs))
+
+
+# --- allreduce -----------------------------------------------------------------------------------------------
+
+def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, process_set, differentiable=True):
+    def forward(xs):
+        def body(*arrays):
+            return numpy_collectives.allreduce(arrays, names, op, prescale_factor, postscale_factor,
+                                               process_set)
+        return bridge.run(body, xs, [x.dtype for x in xs], [x.shape for x in xs], names[0])
+
+    def backward(xs, ys, dys):
+        return _allreduce_gradients(xs, ys, dys, names, op, prescale_factor, postscale_factor, process_set)
+    inputs = [bridge.as_tensor(t) for t in tensors]
+    return _differentiable(inputs, forward, backward) if differentiable else forward(inputs)
+
+
+def _allreduce_gradients(xs, ys, dys, names, op, prescale_factor, postscale_factor, process_set):
+    grad_names = [n + ".grad" for n in names]
+    if op in (Average, Sum):
+        # y = post * op_i(pre * x_i): every rank's x contributes to every rank's y with the same weight.
+        return _allreduce_group(dys, grad_names, op, prescale_factor, postscale_factor, process_set)
+    scale = prescale_factor * postscale_factor
+    summed = _allreduce_group(dys, grad_names, Sum, 1.0, 1.0, process_set)
+    if op in (Min, Max):
+        # The ranks holding the extreme value share the gradient equally, as tf.reduce_max does.
+        hits = [tf.cast(tf.equal(x * prescale_factor * postscale_factor, y), y.dtype) for x, y in zip(xs, ys)]
+        counts = _allreduce_group(hits, [n + ".grad_ties" for n in names], Sum, 1.0, 1.0, process_set)
+        return [s * h / c * scale for s, h, c in zip(summed, hits, counts)]
+    if op == Product:
+        # d(prod_k x_k)/dx_r = prod_{k != r} x_k, computed from the gathered inputs (exact when some x is 0).
+        rank, size = process_set.rank(), process_set.size()
+        gathered = _allgather_group([tf.expand_dims(x, 0) for x in xs], [n + ".grad_inputs" for n in names],
+                                    process_set)
+        grads = []
+        for s, g in zip(summed, gathered):
+            others = tf.reduce_prod(tf.concat([g[:rank], g[rank + 1:]], axis=0), axis=0)
+            grads.append(s * others * (prescale_factor ** size) * postscale_factor)
+        return grads
+    raise NotImplementedError(f"the {_REDUCE_OPS[op]} allreduce has no gradient")
+
+
+def _allreduce_indexed_slices(slices, op, prescale_factor, postscale_factor, name, process_set):
+    """An IndexedSlices is reduced by gathering its values and indices from every rank."""
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"the {_REDUCE_OPS[op]} reduction does not support tf.IndexedSlices; "
+                                  "use sparse_as_dense=True or convert the gradient to a dense tensor")
+    base = bridge.collective_name("allreduce", name)
+    values, indices = grouped_allgather([slices.values, slices.indices], name=base, process_set=process_set)
+    scale = prescale_factor * postscale_factor / (process_set.size() if op == Average else 1)
+    if scale != 1.0:
+        values = values * tf.constant(scale, dtype=values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Reduces ``tensor`` over the process set (Average by default) and returns the result.
+
+    A ``tf.IndexedSlices`` is allgathered instead (values and indices), which represents the same sum.
+    ``compression`` casts the tensor for the wire; the result has the input's dtype.
+    """
+    op = _check_op(handle_average_backwards_compatibility(op, average))
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_indexed_slices(tensor, op, prescale_factor, postscale_factor, name, process_set)
+    compressed, ctx = compression.compress(bridge.as_tensor(tensor))
+    name = bridge.collective_name("allreduce", name)
+    reduced = _allreduce_group([compressed], [name], op, prescale_factor, postscale_factor, process_set)[0]
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """Reduces a list of tensors as one group (one negotiation, fused where dtypes allow)."""
+    op = _check_op(handle_average_backwards_compatibility(op, average))
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    base = bridge.collective_name("grouped_allreduce", name)
+    results = [None] * len(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            results[i] = _allreduce_indexed_slices(t, op, prescale_factor, postscale_factor, f"{base}.{i}",
+                                                   process_set)
+    if dense:
+        compressed, ctxs = zip(*[compression.compress(bridge.as_tensor(tensors[i])) for i in dense])
+        reduced = _allreduce_group(list(compressed), [f"{base}.{i}" for i in dense], op, prescale_factor,
+                                   postscale_factor, process_set)
+        for i, r, ctx in zip(dense, reduced, ctxs):
+            results[i] = compression.decompress(r, ctx)
+    return results
+
+
+# --- allgather -----------------------------------------------------------------------------------------------
+
+def _allgather_group(tensors, names, process_set):
+    def forward(xs):
+        def body(*arrays):
+            return numpy_collectives.allgather(arrays, names, process_set)
+        shapes = [tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else x.shape for x in xs]
+        return bridge.run(body, xs, [x.dtype for x in xs], shapes, names[0])
+
+    def backward(xs, ys, dys):
+        # Each rank's rows of the gathered result: sum the upstream gradients over ranks, keep our slice.
+        rank = process_set.rank()
+        rows = [tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1]) for x in xs]
+        all_rows = _allgather_group(rows, [n + ".grad_rows" for n in names], process_set)
+        summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
+        grads = []
+        for x, counts, s in zip(xs, all_rows, summed):
+            start = tf.reduce_sum(counts[:rank])
+            grads.append(s[start:start + tf.shape(x, out_type=tf.int64)[0]])
+        return grads
+    return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates ``tensor`` from every rank along the first dimension (which may differ between ranks)."""
+    return _allgather_group([tensor], [bridge.collective_name("allgather", name)], process_set)[0]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    base = bridge.collective_name("grouped_allgather", name)
+    return _allgather_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], process_set)
+
+
+# --- broadcast -----------------------------------------------------------------------------------------------
+
+def _broadcast_group(tensors, names, root_rank, process_set):
+    def forward(xs):
+        def body(*arrays):
+            return numpy_collectives.broadcast(arrays, names, root_rank, process_set)
+        return bridge.run(body, xs, [x.dtype for x in xs], [x.shape for x in xs], names[0])
+
+    def backward(xs, ys, dys):
+        summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
+        if process_set.rank() == root_rank:
+            return summed
+        return [tf.zeros_like(s) for s in summed]
+    return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a rank within the process set)."""
+    return _broadcast_group([tensor], [bridge.collective_name("broadcast", name)], root_rank, process_set)[0]
+
+
+def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_set):
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    base = bridge.collective_name("grouped_broadcast", name)
+    return _broadcast_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], root_rank, process_set)
+
+
+# --- alltoall ------------------------------------------------------------------------------------------------
+
+def _alltoall(tensor, splits, name, process_set):
+    has_splits = splits is not None
+    splits_tensor = tf.cast(bridge.as_tensor(splits), tf.int32) if has_splits else tf.zeros([0], tf.int32)
+
+    def forward(xs):
+        x, = xs
+
+        def body(array, split_array):
+            return numpy_collectives.alltoall(array, split_array if has_splits else None, name, process_set)
+        shape = tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else x.shape
+        return bridge.run(body, [x, splits_tensor], [x.dtype, tf.int32], [shape, [process_set.size()]], name)
+
+    def backward(xs, ys, dys):
+        received_splits = ys[1]
+        return [_alltoall(dys[0], received_splits, name + ".grad", process_set)[0]]
+    return _differentiable([bridge.as_tensor(tensor)], forward, backward)
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Sends ``splits[i]`` rows of ``tensor`` to rank i (equal parts when None) and returns
+    ``(received tensor, received_splits)``, rows concatenated in rank order."""
+    output, received = _alltoall(tensor, splits, bridge.collective_name("alltoall", name), process_set)
+    return output, tf.stop_gradient(received)
+
+
+# --- reducescatter -------------------------------------------------------------------------------------------
+
+def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, process_set):
+    size, rank = process_set.size(), process_set.rank()
+
+    def out_shape(x):
+        if not x.shape.rank:
+            return x.shape
+        dim0 = x.shape[0]
+        rows = None if dim0 is None else reducescatter_rows(dim0, size, rank)
+        return tf.TensorShape([rows]).concatenate(x.shape[1:])
+
+    def forward(xs):
+        def body(*arrays):
+            return numpy_collectives.reducescatter(arrays, names, op, prescale_factor, postscale_factor,
+                                                   process_set)
+        return bridge.run(body, xs, [x.dtype for x in xs], [out_shape(x) for x in xs], names[0])
+
+    def backward(xs, ys, dys):
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"the {_REDUCE_OPS[op]} reducescatter has no gradient")
+        gathered = _allgather_group(dys, [n + ".grad" for n in names], process_set)
+        scale = prescale_factor * postscale_factor / (size if op == Average else 1)
+        return [g * tf.constant(scale, dtype=g.dtype) for g in gathered]
+    return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
+                  ignore_name_scope=False, process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces ``tensor`` over the process set and returns this rank's block of rows
+    (the first ``dim0 % size`` ranks get one row more)."""
+    op = _check_op(op)
+    compressed, ctx = compression.compress(bridge.as_tensor(tensor))
+    name = bridge.collective_name("reducescatter", name)
+    out = _reducescatter_group([compressed], [name], op, prescale_factor, postscale_factor, process_set)[0]
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    op = _check_op(op)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    compressed, ctxs = zip(*[compression.compress(bridge.as_tensor(t)) for t in tensors])
+    base = bridge.collective_name("grouped_reducescatter", name)
+    out = _reducescatter_group(list(compressed), [f"{base}.{i}" for i in range(len(tensors))], op,
+                               prescale_factor, postscale_factor, process_set)
+    return [compression.decompress(o, c) for o, c in zip(out, ctxs)]
+
+
+# --- join and barrier ----------------------------------------------------------------------------------------
+
+def join(device=""):
+    """Blocks until every rank has joined; ranks that joined early contribute zeros to the collectives the
+    others still run. Returns the last rank to join (an int32 tensor)."""
+    def body():
+        return [np.asarray(core_ops.join(), dtype=np.int32)]
+    return bridge.run(body, [], [tf.int32], [[]], "join")[0]
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the process set has reached the barrier."""
+    def body():
+        core_ops.barrier(process_set=process_set)
+        return [np.zeros([], dtype=np.int32)]
+    out = bridge.run(body, [], [tf.int32], [[]], "barrier")[0]
+    return None if tf.executing_eagerly() else out

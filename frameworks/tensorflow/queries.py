@@ -1,0 +1,40 @@
+"""Horovod's ``*_op`` queries: the answers as int32 tensors, for code that wants them inside a graph."""
+import tensorflow as tf
+
+from hvdlite import basics
+from hvdlite.process_sets import global_process_set
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks in the process set (the job by default)."""
+    return tf.constant(_process_set(process_set_id).size(), dtype=tf.int32, name=name)
+
+
+def rank_op(name=None):
+    return tf.constant(basics.rank(), dtype=tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    return tf.constant(basics.local_size(), dtype=tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    return tf.constant(basics.local_rank(), dtype=tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    return tf.constant(int(_process_set(process_set_id).included()), dtype=tf.int32, name=name)
+
+
+def is_initialized_op(name=None):
+    return tf.constant(int(basics.is_initialized()), dtype=tf.int32, name=name)
+
+
+def _process_set(process_set_id):
+    if process_set_id == 0:
+        return global_process_set
+    from hvdlite import process_sets
+    for candidate in getattr(process_sets, "_all_process_sets", lambda: [])():
+        if candidate.process_set_id == process_set_id:
+            return candidate
+    raise ValueError(f"no process set with id {process_set_id}")

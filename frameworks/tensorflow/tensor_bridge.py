@@ -1,0 +1,51 @@
+"""Runs a NumPy-level collective (numpy_collectives.py) on TensorFlow tensors, eagerly or inside a graph.
+
+Eager: the body is called at once on the tensors' host buffers (``Tensor.numpy()`` shares memory on the CPU).
+Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being stateful, these ops keep
+program order under tf.function's automatic control dependencies, so every rank runs its collectives in the
+order the program wrote them, which is what keeps a blocking collective from deadlocking across ranks.
+Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
+"""
+import tensorflow as tf
+
+from hvdlite import requests as core_requests
+
+
+def collective_name(kind, name):
+    """The name that identifies a collective across ranks.
+
+    A given ``name`` is used as is. Otherwise: eagerly, the core's call counter (identical on ranks that call
+    collectives in the same order); in a graph, a name unique within the traced function, fixed at trace time,
+    so that every step of a compiled function reuses it (and hits the core's response cache).
+    """
+    if name is not None:
+        return str(name)
+    if tf.executing_eagerly():
+        return core_requests.auto_name(kind)
+    graph = tf.compat.v1.get_default_graph()
+    return f"{graph.name}/{graph.unique_name('Hvdlite' + kind.capitalize())}"
+
+
+def as_tensor(value):
+    if isinstance(value, tf.Tensor):
+        return value
+    return tf.convert_to_tensor(value)
+
+
+def run(body, inputs, out_dtypes, out_shapes, op_name):
+    """``body(*arrays) -> list of arrays``; returns the list of output tensors."""
+    inputs = [as_tensor(t) for t in inputs]
+    if tf.executing_eagerly():
+        arrays = [t.numpy() for t in inputs]
+        return [tf.convert_to_tensor(out, dtype=dtype) for out, dtype in zip(body(*arrays), out_dtypes)]
+    outputs = tf.numpy_function(lambda *arrays: list(body(*arrays)), inputs, list(out_dtypes), stateful=True,
+                                name=_graph_op_name(op_name))
+    for out, shape in zip(outputs, out_shapes):
+        out.set_shape(shape)
+    return list(outputs)
+
+
+def _graph_op_name(name):
+    """A valid TensorFlow op name derived from the collective's name (for reading graphs and traces)."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in name.split("/")[-1])
+    return cleaned if cleaned[:1].isalnum() else "hvdlite_" + cleaned
