@@ -1,0 +1,234 @@
+"""Asynchronous tensor collectives: each call enqueues work on the core and returns an integer handle at once.
+
+``synchronize(handle)`` (in handles.py) waits and returns the result. These functions are not differentiable;
+mpi_ops.py builds the differentiable synchronous API on top of them.
+"""
+import warnings
+
+import torch
+
+from hvdlite import ops as core_ops
+from hvdlite.process_sets import global_process_set
+from hvdlite.requests import Collective, Request, auto_name, submit, submit_group
+
+from . import handles, staging
+
+Average, Sum, Adasum, Min, Max, Product = (core_ops.Average, core_ops.Sum, core_ops.Adasum, core_ops.Min,
+                                           core_ops.Max, core_ops.Product)
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Resolves the deprecated ``average`` flag against ``op`` as Horovod does (default: Average)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def check_op(op):
+    if op == Adasum:
+        raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet.")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError(f"unknown reduce op {op!r}")
+    return op
+
+
+def set_auto_name(kind, process_set):
+    """A generated name, counted per process set: ranks outside a set do not advance its counter, so the
+    global set's names stay equal on every rank."""
+    set_id = process_set.process_set_id
+    return auto_name(kind if not set_id else f"{kind}.set{set_id}")
+
+
+def _names(name, kind, count, process_set):
+    base = name if name is not None else set_auto_name(kind, process_set)
+    return [f"{base}_{i}" for i in range(count)]
+
+
+def _single(name, kind, process_set):
+    return name if name is not None else set_auto_name(kind, process_set)
+
+
+# ---------------------------------------------------------------------------------------------- allreduce
+
+def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    return Request(collective=Collective.ALLREDUCE, name=name, dtype=staging.core_dtype(tensor),
+                   shape=tuple(tensor.shape), input_ptr=staging.address(tensor),
+                   output_ptr=staging.address(output), op=op, prescale_factor=float(prescale_factor),
+                   postscale_factor=float(postscale_factor), process_set=process_set,
+                   keepalive=(tensor, output))
+
+
+def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
+    """Submits one allreduce per tensor as a group; returns a handle whose result is the list of outputs."""
+    check_op(op)
+    hosts = [staging.host_copy(t) for t in tensors]
+    outs = hosts if in_place else [staging.host_empty(h.shape, h.dtype) for h in hosts]
+    requests = [_allreduce_request(h, o, n, op, prescale_factor, postscale_factor, process_set)
+                for h, o, n in zip(hosts, outs, names)]
+    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+
+    def finish(_):
+        if in_place:
+            return [staging.write_back(t, h) for t, h in zip(tensors, hosts)]
+        return [staging.to_device(o, t) for t, o in zip(tensors, outs)]
+    return core, finish
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts reducing ``tensor`` over the process set; the input is not modified. Returns a handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
+                                    postscale_factor, process_set, in_place=False)
+    return handles.register(core, lambda hs: finish(hs)[0])
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts reducing ``tensor`` in place over the process set. Returns a handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
+                                    postscale_factor, process_set, in_place=True)
+    return handles.register(core, lambda hs: finish(hs)[0])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing a list of tensors together (fused where possible). Returns one handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    core, finish = _allreduce_group(tensors, _names(name, "grouped_allreduce", len(tensors), process_set), op,
+                                    prescale_factor, postscale_factor, process_set, in_place=False)
+    return handles.register(core, finish)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing a list of tensors in place, together. Returns one handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    core, finish = _allreduce_group(tensors, _names(name, "grouped_allreduce", len(tensors), process_set), op,
+                                    prescale_factor, postscale_factor, process_set, in_place=True)
+    return handles.register(core, finish)
+
+
+# ---------------------------------------------------------------------------------------------- allgather
+
+def _allgather_group(tensors, names, process_set):
+    hosts = [staging.host_copy(t) for t in tensors]
+    requests = [Request(collective=Collective.ALLGATHER, name=n, dtype=staging.core_dtype(h),
+                        shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=0,
+                        process_set=process_set, keepalive=(h,))
+                for h, n in zip(hosts, names)]
+    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+
+    def finish(core_handles):
+        return [staging.to_device(staging.tensor_from_core(c, t.dtype), t)
+                for c, t in zip(core_handles, tensors)]
+    return core, finish
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating ``tensor`` from every rank along dimension 0. Returns a handle."""
+    core, finish = _allgather_group([tensor], [_single(name, "allgather", process_set)], process_set)
+    return handles.register(core, lambda hs: finish(hs)[0])
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts gathering a list of tensors together. Returns one handle."""
+    tensors = list(tensors)
+    core, finish = _allgather_group(tensors, _names(name, "grouped_allgather", len(tensors), process_set), process_set)
+    return handles.register(core, finish)
+
+
+# ---------------------------------------------------------------------------------------------- broadcast
+
+def _broadcast(tensor, root_rank, name, process_set, in_place):
+    host = staging.host_copy(tensor)
+    out = host if in_place else staging.host_empty(host.shape, host.dtype)
+    request = Request(collective=Collective.BROADCAST, name=_single(name, "broadcast", process_set),
+                      dtype=staging.core_dtype(host), shape=tuple(host.shape),
+                      input_ptr=staging.address(host), output_ptr=staging.address(out),
+                      root_rank=int(root_rank), process_set=process_set, keepalive=(host, out))
+    core = [submit(request)]
+    if in_place:
+        return handles.register(core, lambda _: staging.write_back(tensor, host))
+    return handles.register(core, lambda _: staging.to_device(out, tensor))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts sending ``tensor`` from ``root_rank`` to every rank; the input is not modified."""
+    return _broadcast(tensor, root_rank, name, process_set, in_place=False)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts overwriting ``tensor`` on every rank with its value on ``root_rank``."""
+    return _broadcast(tensor, root_rank, name, process_set, in_place=True)
+
+
+# ----------------------------------------------------------------------------------------------- alltoall
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts scattering slices of ``tensor`` (``splits[i]`` rows to rank i; equal when None) and gathering
+    what the others send. The result is ``(output, received_splits)``."""
+    host = staging.host_copy(tensor)
+    split_list = staging.int_list(splits, "splits")
+    request = Request(collective=Collective.ALLTOALL, name=_single(name, "alltoall", process_set),
+                      dtype=staging.core_dtype(host), shape=tuple(host.shape),
+                      input_ptr=staging.address(host), output_ptr=0, splits=split_list,
+                      process_set=process_set, keepalive=(host,))
+    core = [submit(request)]
+
+    def finish(core_handles):
+        output = staging.to_device(staging.tensor_from_core(core_handles[0], tensor.dtype), tensor)
+        received = torch.tensor(core_handles[0].received_splits(), dtype=torch.int32)
+        return output, received
+    return handles.register(core, finish)
+
+
+# ------------------------------------------------------------------------------------------ reducescatter
+
+def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, process_set):
+    check_op(op)
+    hosts = [staging.host_copy(t) for t in tensors]
+    size, rank = process_set.size(), process_set.rank()
+    outs = []
+    for h in hosts:
+        if h.dim() == 0:
+            raise ValueError("reducescatter needs a tensor with at least one dimension")
+        rows = core_ops.reducescatter_rows(h.shape[0], size, rank)
+        outs.append(staging.host_empty((rows,) + tuple(h.shape[1:]), h.dtype))
+    requests = [Request(collective=Collective.REDUCESCATTER, name=n, dtype=staging.core_dtype(h),
+                        shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=staging.address(o),
+                        op=op, prescale_factor=float(prescale_factor), postscale_factor=float(postscale_factor),
+                        process_set=process_set, keepalive=(h, o))
+                for h, o, n in zip(hosts, outs, names)]
+    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+
+    def finish(_):
+        return [staging.to_device(o, t) for o, t in zip(outs, tensors)]
+    return core, finish
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts reducing ``tensor`` over the set and scattering the result's rows: rank r keeps its block of
+    dimension 0 (the first ``dim0 % size`` ranks get one extra row). Returns a handle."""
+    core, finish = _reducescatter_group([tensor], [_single(name, "reducescatter", process_set)], op, prescale_factor,
+                                        postscale_factor, process_set)
+    return handles.register(core, lambda hs: finish(hs)[0])
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reduce-scattering a list of tensors together. Returns one handle."""
+    tensors = list(tensors)
+    core, finish = _reducescatter_group(tensors, _names(name, "grouped_reducescatter", len(tensors), process_set), op,
+                                        prescale_factor, postscale_factor, process_set)
+    return handles.register(core, finish)

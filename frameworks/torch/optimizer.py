@@ -1,0 +1,306 @@
+"""DistributedOptimizer: averages gradients over the ranks, overlapping communication with backward.
+
+A post-accumulate-grad hook on every parameter fires as soon as that parameter's gradient is final during
+``loss.backward()`` and starts its all-reduce in place at once, so the last layers' gradients travel while
+autograd is still computing the first layers'. ``step()`` waits for the outstanding all-reduces (submitting
+those whose parameters got no gradient on this rank, as zeros, so that no rank waits forever) and then runs the
+wrapped optimizer's own step.
+"""
+import warnings
+import weakref
+from contextlib import contextmanager
+
+import torch
+
+from hvdlite.process_sets import global_process_set
+
+from . import async_ops as aops
+from .async_ops import Adasum, Average, Sum
+from .compression import Compression
+from .handles import synchronize as _synchronize_handle
+
+
+class _Bucket:
+    """Parameters whose gradients are all-reduced together (one parameter unless ``groups`` was given)."""
+
+    __slots__ = ("params", "name", "ready", "handle", "contexts")
+
+    def __init__(self, params, name):
+        self.params = params
+        self.name = name
+        self.ready = set()
+        self.handle = None
+        self.contexts = None
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the wrapped optimizer's class; see ``DistributedOptimizer``."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                   groups, sparse_as_dense, process_set):
+        if op == Adasum:
+            raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet.")
+        aops.check_op(op)
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        if backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        self._compression = compression
+        self._op = op
+        self._gradient_predivide_factor = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+
+        names = self._name_parameters(named_parameters)
+        trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        self._parameter_names = names
+        self._buckets = self._make_buckets(trainable, groups, names)
+        self._bucket_of = {p: b for b in self._buckets for p in b.params}
+        self._delay = {p: backward_passes_per_step for p in trainable}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hook_handles = []
+        if process_set.included():
+            self._register_hooks(trainable)
+
+    # ------------------------------------------------------------------------------------------ set up
+
+    def _name_parameters(self, named_parameters):
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is None:
+            return {p: f"allreduce.noname.{i}.{j}"
+                    for i, group in enumerate(self.param_groups) for j, p in enumerate(group["params"])}
+        named = list(named_parameters)
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                             "produced by model.named_parameters().")
+        seen, dups = set(), []
+        for key, _ in named:
+            if key in seen:
+                dups.append(key)
+            seen.add(key)
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: "
+                             + ", ".join(sorted(set(dups))))
+        names = {}
+        for key, p in named:
+            names.setdefault(p, key)
+        unnamed = [p for p in all_params if p not in names]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not named "
+                             f"({len(unnamed)} of {len(all_params)}; shapes "
+                             f"{[tuple(p.shape) for p in unnamed][:5]})")
+        return names
+
+    @staticmethod
+    def _make_buckets(trainable, groups, names):
+        if groups is None or groups == 0:
+            lists = [[p] for p in trainable]
+        elif isinstance(groups, int):
+            if groups < 0:
+                raise ValueError(f"groups must be a positive int or a list of lists of parameters, got {groups}")
+            count = min(groups, len(trainable)) or 1
+            lists = [trainable[i * len(trainable) // count:(i + 1) * len(trainable) // count]
+                     for i in range(count)]
+        else:
+            listed, lists = set(), []
+            for group in groups:
+                group = [p for p in group if p.requires_grad]
+                for p in group:
+                    if p in listed:
+                        raise ValueError(f"parameter {names.get(p)} appears in more than one group")
+                    listed.add(p)
+                if group:
+                    lists.append(group)
+            trainable_set = set(trainable)
+            stray = [p for p in listed if p not in trainable_set]
+            if stray:
+                raise ValueError(f"groups contains parameters that the optimizer does not hold: "
+                                 f"{[names.get(p) for p in stray]}")
+            lists += [[p] for p in trainable if p not in listed]
+        buckets = []
+        for params in lists:
+            if not params:
+                continue
+            label = names[params[0]] if len(params) == 1 else f"group.{names[params[0]]}+{len(params) - 1}"
+            buckets.append(_Bucket(tuple(params), f"DistributedOptimizer.{label}"))
+        return buckets
+
+    def _register_hooks(self, params):
+        self_ref = weakref.ref(self)
+
+        def make_hook(p):
+            def hook(_param):
+                optimizer = self_ref()
+                if optimizer is not None:
+                    optimizer._gradient_ready(p)
+            return hook
+        for p in params:
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(make_hook(p)))
+
+    # ------------------------------------------------------------------------------ during backward
+
+    def _gradient_ready(self, p):
+        if self._delay[p] <= 0:
+            raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
+                                 "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+        self._synchronized = False
+        self._delay[p] -= 1
+        if self._delay[p] == 0:
+            bucket = self._bucket_of[p]
+            bucket.ready.add(p)
+            if len(bucket.ready) == len(bucket.params):
+                self._submit(bucket)
+
+    def _submit(self, bucket):
+        """Starts the all-reduce of the bucket's gradients (zeros where this rank has none)."""
+        if self._op == Average:
+            prescale, postscale = 1.0 / self._gradient_predivide_factor, self._gradient_predivide_factor
+        else:
+            prescale, postscale = 1.0, 1.0
+        for p in bucket.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif p.grad.is_sparse and self._sparse_as_dense:
+                p.grad = p.grad.to_dense()
+        if any(p.grad.is_sparse for p in bucket.params):
+            bucket.handle = self._submit_sparse(bucket, prescale, postscale)
+            bucket.contexts = None
+            return
+        compressed, contexts = zip(*[self._compression.compress(p.grad) for p in bucket.params])
+        if len(compressed) == 1:
+            bucket.handle = aops.allreduce_async_(compressed[0], name=bucket.name, op=self._op,
+                                                  prescale_factor=prescale, postscale_factor=postscale,
+                                                  process_set=self.process_set)
+        else:
+            bucket.handle = aops.grouped_allreduce_async_(list(compressed), name=bucket.name, op=self._op,
+                                                          prescale_factor=prescale, postscale_factor=postscale,
+                                                          process_set=self.process_set)
+        bucket.contexts = (compressed, contexts)
+
+    def _submit_sparse(self, bucket, prescale, postscale):
+        """Sparse gradients: gather every rank's (indices, values), as Horovod's sparse allreduce does."""
+        if len(bucket.params) != 1:
+            raise ValueError("sparse gradients cannot be grouped; use sparse_as_dense=True")
+        if self._op not in (Average, Sum):
+            raise ValueError("sparse gradients support only op=Average or op=Sum")
+        grad = bucket.params[0].grad.coalesce()
+        indices = grad.indices().t().contiguous()
+        values = grad.values().contiguous() * prescale
+        return aops.grouped_allgather_async([indices, values], name=bucket.name, process_set=self.process_set)
+
+    # ------------------------------------------------------------------------------------- after backward
+
+    def synchronize(self):
+        """Waits for every gradient's all-reduce (starting those not started yet) and writes the averaged
+        gradients into ``p.grad``. Call it before clipping, then ``step()`` inside ``skip_synchronize()``."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        for bucket in self._buckets:
+            if bucket.handle is None:
+                self._submit(bucket)
+        error = None
+        for bucket in self._buckets:
+            try:
+                self._finish(bucket)
+            except Exception as e:  # wait for every bucket so nothing stays in flight; raise the first error
+                error = error or e
+            bucket.handle, bucket.contexts = None, None
+            bucket.ready.clear()
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        if error is not None:
+            raise error
+        self._synchronized = True
+
+    def _finish(self, bucket):
+        result = _synchronize_handle(bucket.handle)
+        if bucket.contexts is None:  # sparse: rebuild the summed sparse gradient
+            p = bucket.params[0]
+            indices, values = result
+            if self._op == Average:
+                values = values * (self._gradient_predivide_factor / self.process_set.size())
+            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape).coalesce()
+            return
+        compressed, contexts = bucket.contexts
+        for p, reduced, ctx in zip(bucket.params, compressed, contexts):
+            grad = self._compression.decompress(reduced, ctx)
+            if grad is not p.grad:
+                p.grad.copy_(grad)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Within this context ``step()`` does not synchronize (use after an explicit ``synchronize()``)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). The gradients are already synchronized; use "
+                              "optimizer.skip_synchronize() around step() when you call synchronize() yourself.")
+            else:
+                self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, set_to_none=True):
+        if any(b.handle is not None or b.ready for b in self._buckets) or any(
+                d != self.backward_passes_per_step for d in self._delay.values()):
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                                 "a race condition.")
+        return super().zero_grad(set_to_none=set_to_none)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes how many backward passes accumulate locally before the gradients are all-reduced."""
+        if passes < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+
+_classes = {}
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False, process_set=global_process_set):
+    """Wraps a ``torch.optim.Optimizer`` so that ``step()`` applies gradients averaged over all ranks.
+
+    Returns an optimizer of the wrapped class (``isinstance(opt, torch.optim.SGD)`` still holds) sharing the
+    wrapped one's parameter groups, state and hyper-parameters.
+
+    Arguments (as in Horovod):
+        named_parameters: ``model.named_parameters()``; names identify gradients across ranks. Duplicate names,
+            or parameters of the optimizer left unnamed, raise ValueError.
+        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the all-reduces.
+        backward_passes_per_step: backward passes accumulated locally before each all-reduce.
+        op: ``Average`` (default) or ``Sum`` (Min/Max/Product too); Adasum raises NotImplementedError.
+        gradient_predivide_factor: with Average, divide by this before the sum and by size/factor after.
+        num_groups / groups: an int number of groups, or a list of lists of parameters, whose gradients are
+            all-reduced together once every member's gradient is ready.
+        sparse_as_dense: turn sparse gradients dense before reducing (else they are gathered as sparse).
+        process_set: the ranks that average gradients together.
+    """
+    if num_groups and groups is None:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=2)
+        groups = num_groups
+    base = optimizer.__class__
+    cls = _classes.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__})
+        _classes[base] = cls
+    distributed = cls.__new__(cls)
+    distributed.__dict__.update(optimizer.__dict__)
+    distributed._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
+                           gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    return distributed

@@ -1,0 +1,358 @@
+"""Every tensor collective of hvdlite.torch, checked on every rank against a float64 numpy reference.
+
+Each rank's input comes from a generator seeded by its rank, so every rank rebuilds every other rank's input
+and computes the expected result itself, without trusting any collective.
+"""
+import time
+import warnings
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from harness import Checks, hvd, rank_generator
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+OPS = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": hvd.Min, "Max": hvd.Max, "Product": hvd.Product}
+TOL = {torch.float16: (5e-3, 1e-2), torch.bfloat16: (2e-2, 5e-2), torch.float32: (1e-5, 1e-5),
+       torch.float64: (1e-12, 1e-12)}
+
+
+def make_input(dtype, rank, shape, salt, small=False):
+    """Rank ``rank``'s input: exactly representable in ``dtype``; ``small`` keeps products in range."""
+    g = rank_generator(rank, salt)
+    if dtype.is_floating_point:
+        values = torch.rand(shape, generator=g, dtype=torch.float64) * 4 - 2
+        if small:
+            values = torch.rand(shape, generator=g, dtype=torch.float64) + 0.5
+        return values.to(dtype)
+    if dtype == torch.uint8:
+        low, high = (1, 4) if small else (0, 40)
+    else:
+        low, high = (-2, 3) if small else (-40, 40)
+    return torch.randint(low, high, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def reference_reduce(inputs, op, prescale=1.0, postscale=1.0):
+    xs = np.stack([x.to(torch.float64).numpy() * prescale for x in inputs])
+    if op == "Sum":
+        out = xs.sum(0)
+    elif op == "Average":
+        out = xs.sum(0) / len(inputs)
+        if not inputs[0].dtype.is_floating_point:
+            out = np.trunc(out)
+    elif op == "Min":
+        out = xs.min(0)
+    elif op == "Max":
+        out = xs.max(0)
+    else:
+        out = xs.prod(0)
+    return out * postscale
+
+
+def tolerance(dtype):
+    return TOL.get(dtype, (0.0, 0.0))
+
+
+def check_allreduce(c):
+    rank, size = hvd.rank(), hvd.size()
+    for dtype in DTYPES:
+        for op_name, op in OPS.items():
+            small = op_name == "Product"
+            inputs = [make_input(dtype, r, (3, 5), salt=1, small=small) for r in range(size)]
+            want = reference_reduce(inputs, op_name)
+            rtol, atol = tolerance(dtype)
+            x = inputs[rank].clone()
+            got = hvd.allreduce(x, name=f"ar.{dtype}.{op_name}", op=op)
+            c.check(f"allreduce {dtype} {op_name} dtype kept", got.dtype == dtype, str(got.dtype))
+            c.close(got, want, f"allreduce {dtype} {op_name}", rtol, atol)
+            c.check(f"allreduce {dtype} {op_name} input untouched", torch.equal(x, inputs[rank]))
+            # in place, on a non-contiguous view of a bigger tensor
+            base = torch.zeros((5, 6), dtype=dtype)
+            view = base.t()[:, :3]  # (6, 3) view, not contiguous
+            data = [make_input(dtype, r, (6, 3), salt=2, small=small) for r in range(size)]
+            view.copy_(data[rank])
+            hvd.allreduce_(view, name=f"ar_.{dtype}.{op_name}", op=op)
+            c.close(view, reference_reduce(data, op_name), f"allreduce_ non-contiguous {dtype} {op_name}",
+                    rtol, atol)
+            c.check(f"allreduce_ {dtype} {op_name} rest of base untouched", bool((base.t()[:, 3:] == 0).all()))
+        if dtype.is_floating_point:
+            for op_name in ("Sum", "Average"):
+                inputs = [make_input(dtype, r, (4,), salt=3) for r in range(size)]
+                got = hvd.allreduce(inputs[rank], name=f"scaled.{dtype}.{op_name}", op=OPS[op_name],
+                                    prescale_factor=0.5, postscale_factor=3.0)
+                rtol, atol = tolerance(dtype)
+                c.close(got, reference_reduce(inputs, op_name, 0.5, 3.0), f"scaled allreduce {dtype} {op_name}",
+                        rtol, 4 * atol)
+
+
+def check_allreduce_variants(c):
+    rank, size = hvd.rank(), hvd.size()
+    inputs = [make_input(torch.float32, r, (7,), salt=4) for r in range(size)]
+    want = reference_reduce(inputs, "Average")
+    h = hvd.allreduce_async(inputs[rank], name="async.avg")
+    c.check("allreduce_async returns an int handle", isinstance(h, int), repr(h))
+    out = hvd.synchronize(h)
+    c.close(out, want, "allreduce_async + synchronize", 1e-6, 1e-6)
+    t = inputs[rank].clone()
+    h = hvd.allreduce_async_(t, name="async_.avg")
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    same = hvd.synchronize(h)
+    c.check("allreduce_async_ returns the same tensor", same is t)
+    c.close(t, want, "allreduce_async_ in place", 1e-6, 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        got = hvd.allreduce(inputs[rank], average=False, name="deprecated.average")
+    c.close(got, reference_reduce(inputs, "Sum"), "average=False means Sum", 1e-6, 1e-6)
+    c.raises("op and average together", ValueError, hvd.allreduce, inputs[rank], average=True, op=hvd.Sum)
+    c.raises("Adasum is not implemented", NotImplementedError, hvd.allreduce, inputs[rank], op=hvd.Adasum)
+    c.raises("complex dtype is refused", ValueError, hvd.allreduce, torch.zeros(2, dtype=torch.complex64))
+    unnamed = [hvd.allreduce(inputs[rank], op=hvd.Sum) for _ in range(3)]
+    for i, u in enumerate(unnamed):
+        c.close(u, reference_reduce(inputs, "Sum"), f"unnamed allreduce {i}", 1e-6, 1e-6)
+    scalar = hvd.allreduce(torch.tensor(float(rank + 1), dtype=torch.float64), op=hvd.Sum, name="scalar")
+    c.check("0-dim allreduce keeps its shape", scalar.shape == torch.Size([]), str(scalar.shape))
+    c.close(scalar, size * (size + 1) / 2, "0-dim allreduce")
+    empty = hvd.allreduce(torch.zeros((0, 3)), name="empty")
+    c.check("empty allreduce", empty.shape == (0, 3), str(empty.shape))
+    # compression
+    for comp, tol in ((hvd.Compression.fp16, 5e-3), (hvd.Compression.bf16, 3e-2)):
+        got = hvd.allreduce(inputs[rank], name=f"compressed.{comp.__name__}", compression=comp)
+        c.check(f"{comp.__name__} result is float32", got.dtype == torch.float32, str(got.dtype))
+        c.close(got, want, f"allreduce with {comp.__name__}", tol, tol)
+    ints = [make_input(torch.int32, r, (3,), salt=5) for r in range(size)]
+    got = hvd.allreduce(ints[rank], name="compressed.int", compression=hvd.Compression.fp16, op=hvd.Sum)
+    c.check("fp16 compression leaves integers alone", got.dtype == torch.int32)
+    c.close(got, reference_reduce(ints, "Sum"), "fp16-compressed int allreduce")
+
+
+def check_grouped_allreduce(c):
+    rank, size = hvd.rank(), hvd.size()
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.float16]
+    groups = [[make_input(d, r, (i + 2, 3), salt=6 + i) for i, d in enumerate(dtypes)] for r in range(size)]
+    wants = [reference_reduce([groups[r][i] for r in range(size)], "Sum") for i in range(len(dtypes))]
+    outs = hvd.grouped_allreduce(groups[rank], name="grouped", op=hvd.Sum)
+    for i, (o, w) in enumerate(zip(outs, wants)):
+        c.close(o, w, f"grouped_allreduce {dtypes[i]}", *tolerance(dtypes[i]))
+    h = hvd.grouped_allreduce_async(groups[rank], name="grouped.async", op=hvd.Sum)
+    outs = hvd.synchronize(h)
+    c.check("grouped_allreduce_async gives a list", isinstance(outs, list) and len(outs) == len(dtypes))
+    for i, (o, w) in enumerate(zip(outs, wants)):
+        c.close(o, w, f"grouped_allreduce_async {dtypes[i]}", *tolerance(dtypes[i]))
+    mine = [t.clone() for t in groups[rank]]
+    hvd.grouped_allreduce_(mine, name="grouped_", op=hvd.Sum)
+    for i, (o, w) in enumerate(zip(mine, wants)):
+        c.close(o, w, f"grouped_allreduce_ {dtypes[i]}", *tolerance(dtypes[i]))
+    mine = [t.clone() for t in groups[rank]]
+    hvd.synchronize(hvd.grouped_allreduce_async_(mine, name="grouped_async_", op=hvd.Sum))
+    for i, (o, w) in enumerate(zip(mine, wants)):
+        c.close(o, w, f"grouped_allreduce_async_ {dtypes[i]}", *tolerance(dtypes[i]))
+
+
+def check_allgather(c):
+    rank, size = hvd.rank(), hvd.size()
+    for dtype in DTYPES + [torch.bool]:
+        if dtype == torch.bool:
+            inputs = [make_input(torch.uint8, r, (r + 1, 2, 3), salt=7) > 20 for r in range(size)]
+        else:
+            inputs = [make_input(dtype, r, (r + 1, 2, 3), salt=7) for r in range(size)]
+        want = np.concatenate([x.to(torch.float64).numpy() for x in inputs])
+        got = hvd.allgather(inputs[rank], name=f"ag.{dtype}")
+        c.check(f"allgather {dtype} dtype", got.dtype == dtype, str(got.dtype))
+        c.close(got, want, f"allgather {dtype}")
+        nc = inputs[rank].transpose(1, 2).contiguous().transpose(1, 2)  # same values, not contiguous
+        c.check("transposed input is not contiguous", not nc.is_contiguous() or nc.numel() <= 6)
+        c.close(hvd.synchronize(hvd.allgather_async(nc, name=f"ag.nc.{dtype}")), want,
+                f"allgather_async non-contiguous {dtype}")
+    a = [make_input(torch.float32, r, (r + 2,), salt=8) for r in range(size)]
+    b = [make_input(torch.int64, r, (1, 4), salt=9) for r in range(size)]
+    outs = hvd.grouped_allgather([a[rank], b[rank]], name="grouped_ag")
+    c.close(outs[0], np.concatenate([x.numpy() for x in a]), "grouped_allgather float", 1e-7)
+    c.close(outs[1], np.concatenate([x.numpy() for x in b]), "grouped_allgather int")
+    outs = hvd.synchronize(hvd.grouped_allgather_async([a[rank], b[rank]], name="grouped_ag_async"))
+    c.close(outs[0], np.concatenate([x.numpy() for x in a]), "grouped_allgather_async float", 1e-7)
+    zero_rows = hvd.allgather(torch.ones((rank % 2, 3)), name="ag.zero.rows")
+    c.check("allgather with zero-row ranks", zero_rows.shape == (sum(r % 2 for r in range(size)), 3),
+            str(zero_rows.shape))
+
+
+def check_broadcast(c):
+    rank, size = hvd.rank(), hvd.size()
+    root = size - 1
+    for dtype in DTYPES + [torch.bool]:
+        inputs = [make_input(dtype if dtype != torch.bool else torch.uint8, r, (4, 3), salt=10)
+                  for r in range(size)]
+        if dtype == torch.bool:
+            inputs = [x > 20 for x in inputs]
+        want = inputs[root].to(torch.float64).numpy()
+        original = inputs[rank].clone()
+        got = hvd.broadcast(inputs[rank], root, name=f"bc.{dtype}")
+        c.close(got, want, f"broadcast {dtype}")
+        c.check(f"broadcast {dtype} leaves its input alone", torch.equal(inputs[rank], original))
+        t = inputs[rank].clone().t()  # non-contiguous, in place
+        hvd.broadcast_(t, root, name=f"bc_.{dtype}")
+        c.close(t, want.T, f"broadcast_ non-contiguous {dtype}")
+        t = inputs[rank].clone()
+        hvd.synchronize(hvd.broadcast_async_(t, 0, name=f"bc_async_.{dtype}"))
+        c.close(t, inputs[0].to(torch.float64).numpy(), f"broadcast_async_ root 0 {dtype}")
+        got = hvd.synchronize(hvd.broadcast_async(inputs[rank], 0, name=f"bc_async.{dtype}"))
+        c.close(got, inputs[0].to(torch.float64).numpy(), f"broadcast_async root 0 {dtype}")
+
+
+def check_alltoall(c):
+    rank, size = hvd.rank(), hvd.size()
+
+    def splits_of(r):
+        return [(r + d) % 3 for d in range(size)]
+
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8, torch.float64):
+        inputs = [make_input(dtype, r, (sum(splits_of(r)), 2), salt=11) for r in range(size)]
+        # rank ``rank`` receives from every r the block of r's rows destined to it
+        blocks, received = [], []
+        for r in range(size):
+            start = sum(splits_of(r)[:rank])
+            blocks.append(inputs[r][start:start + splits_of(r)[rank]].to(torch.float64).numpy())
+            received.append(splits_of(r)[rank])
+        out, got_splits = hvd.alltoall(inputs[rank], splits=splits_of(rank), name=f"a2a.{dtype}")
+        c.close(out, np.concatenate(blocks), f"alltoall with splits {dtype}")
+        c.check(f"alltoall received splits {dtype}", got_splits.tolist() == received,
+                f"{got_splits.tolist()} != {received}")
+        c.check("received splits are int32", got_splits.dtype == torch.int32)
+    equal = [make_input(torch.float32, r, (2 * size, 3), salt=12) for r in range(size)]
+    want = np.concatenate([equal[r][2 * rank:2 * rank + 2].numpy() for r in range(size)])
+    out = hvd.alltoall(equal[rank], name="a2a.equal")
+    c.check("alltoall without splits returns a tensor", torch.is_tensor(out))
+    c.close(out, want, "alltoall equal splits")
+    out, rs = hvd.synchronize(hvd.alltoall_async(equal[rank], splits=torch.tensor([2] * size),
+                                                 name="a2a.async"))
+    c.close(out, want, "alltoall_async with tensor splits")
+    nc = equal[rank].t().contiguous().t()
+    c.close(hvd.alltoall(nc, name="a2a.nc"), want, "alltoall non-contiguous")
+
+
+def check_reducescatter(c):
+    rank, size = hvd.rank(), hvd.size()
+    dim0 = 2 * size + 1  # not divisible: the first dim0 % size ranks get one more row
+    rows = [dim0 // size + (1 if r < dim0 % size else 0) for r in range(size)]
+    start = sum(rows[:rank])
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64):
+        for op_name in ("Sum", "Average", "Max"):
+            inputs = [make_input(dtype, r, (dim0, 3), salt=13) for r in range(size)]
+            want = reference_reduce(inputs, op_name)[start:start + rows[rank]]
+            got = hvd.reducescatter(inputs[rank], name=f"rs.{dtype}.{op_name}", op=OPS[op_name])
+            c.close(got, want, f"reducescatter {dtype} {op_name}", *tolerance(dtype))
+    inputs = [make_input(torch.float32, r, (dim0, 2), salt=14) for r in range(size)]
+    want = reference_reduce(inputs, "Average")[start:start + rows[rank]]
+    c.close(hvd.reducescatter(inputs[rank], name="rs.default"), want, "reducescatter default op is Average",
+            1e-6, 1e-6)
+    c.close(hvd.synchronize(hvd.reducescatter_async(inputs[rank].t().contiguous().t(), name="rs.async")), want,
+            "reducescatter_async non-contiguous", 1e-6, 1e-6)
+    scaled = hvd.reducescatter(inputs[rank], name="rs.scaled", op=hvd.Sum, prescale_factor=2.0,
+                               postscale_factor=0.25)
+    c.close(scaled, reference_reduce(inputs, "Sum", 2.0, 0.25)[start:start + rows[rank]],
+            "reducescatter scaled", 1e-6, 1e-6)
+    other = [make_input(torch.float64, r, (size, 4), salt=15) for r in range(size)]
+    outs = hvd.grouped_reducescatter([inputs[rank], other[rank]], name="rs.grouped", op=hvd.Sum)
+    c.close(outs[0], reference_reduce(inputs, "Sum")[start:start + rows[rank]], "grouped_reducescatter 0",
+            1e-6, 1e-6)
+    c.close(outs[1], reference_reduce(other, "Sum")[rank:rank + 1], "grouped_reducescatter 1", 1e-12)
+    outs = hvd.synchronize(hvd.grouped_reducescatter_async([other[rank]], name="rs.grouped.async", op=hvd.Sum))
+    c.close(outs[0], reference_reduce(other, "Sum")[rank:rank + 1], "grouped_reducescatter_async", 1e-12)
+
+
+def check_errors(c):
+    rank, size = hvd.rank(), hvd.size()
+    e = c.raises("mismatched shapes raise RuntimeError", RuntimeError, hvd.allreduce,
+                 torch.ones(rank + 2), name="bad.shape")
+    c.check("the shape error names the tensor", e is not None and "bad.shape" in str(e), str(e))
+    c.check("the error is HorovodInternalError", isinstance(e, hvd.HorovodInternalError), type(e).__name__)
+    c.raises("mismatched dtypes raise RuntimeError", RuntimeError, hvd.allreduce,
+             torch.ones(3, dtype=torch.float32 if rank % 2 == 0 else torch.float64), name="bad.dtype")
+    c.raises("mismatched broadcast shapes raise RuntimeError", RuntimeError, hvd.broadcast,
+             torch.ones((2, rank + 1)), 0, name="bad.bcast")
+    c.raises("mismatched allgather trailing dims raise RuntimeError", RuntimeError, hvd.allgather,
+             torch.ones((1, rank + 1)), name="bad.gather")
+    # A duplicate name in flight: order the ranks with MPI barriers so the first request cannot complete.
+    comm = MPI.COMM_WORLD
+    x = torch.ones(2)
+    handles = {}
+    if rank != 0:
+        handles["a"] = hvd.allreduce_async(x, name="dup.a")
+        c.raises("duplicate name in flight raises ValueError", ValueError, hvd.allreduce_async, x, name="dup.a")
+    comm.Barrier()
+    if rank == 0:
+        handles["b"] = hvd.allreduce_async(x, name="dup.b")
+        c.raises("duplicate name in flight raises ValueError", ValueError, hvd.allreduce_async, x, name="dup.b")
+        handles["a"] = hvd.allreduce_async(x, name="dup.a")
+    comm.Barrier()
+    if rank != 0:
+        handles["b"] = hvd.allreduce_async(x, name="dup.b")
+    for key in ("a", "b"):
+        c.close(hvd.synchronize(handles[key]), np.ones(2), f"the first of the duplicates completes ({key})")
+    c.raises("synchronize of an unknown handle", ValueError, hvd.synchronize, 10 ** 9)
+    # the job goes on normally after errors
+    got = hvd.allreduce(torch.full((3,), float(rank)), name="after.errors", op=hvd.Sum)
+    c.close(got, np.full(3, size * (size - 1) / 2), "allreduce after errors")
+
+
+def check_process_sets_join_objects(c):
+    rank, size = hvd.rank(), hvd.size()
+    members = list(range(1, size)) if size > 1 else [0]
+    ps = hvd.add_process_set(members)
+    if rank in members:
+        got = hvd.allreduce(torch.tensor([float(rank)]), op=hvd.Sum, name="ps.sum", process_set=ps)
+        c.close(got, [sum(members)], "allreduce in a process set")
+        got = hvd.allgather(torch.tensor([rank]), name="ps.gather", process_set=ps)
+        c.close(got, members, "allgather in a process set")
+        got = hvd.broadcast(torch.tensor([rank]), 0, name="ps.bcast", process_set=ps)
+        c.close(got, [members[0]], "broadcast root is a rank within the set")
+        obj = hvd.broadcast_object({"from": rank} if ps.rank() == 0 else None, 0, process_set=ps)
+        c.check("broadcast_object in a process set", obj == {"from": members[0]}, str(obj))
+    hvd.remove_process_set(ps)
+    obj = hvd.broadcast_object({"rank": rank, "list": [1, 2.5, "x"]} if rank == 0 else None, root_rank=0)
+    c.check("broadcast_object", obj == {"rank": 0, "list": [1, 2.5, "x"]}, str(obj))
+    objs = hvd.allgather_object(("r", rank, "x" * rank))
+    c.check("allgather_object", objs == [("r", r, "x" * r) for r in range(size)], str(objs))
+    hvd.barrier()
+    c.check("barrier returns", True)
+    # join: rank r contributes to r all-reduces then joins; joined ranks count as zeros
+    for k in range(rank):
+        got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name=f"join.{k}")
+        c.close(got, np.full(2, sum(1 for r in range(size) if r > k)), f"allreduce {k} with joined ranks")
+    last = hvd.join()
+    c.check("join returns the last rank to join", last == size - 1, repr(last))
+    got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.join")
+    c.close(got, np.full(2, size), "allreduce after join")
+
+
+def check_basics(c):
+    c.check("size matches MPI", hvd.size() == MPI.COMM_WORLD.Get_size())
+    c.check("rank matches MPI", hvd.rank() == MPI.COMM_WORLD.Get_rank())
+    c.check("local size on one host", hvd.local_size() == hvd.size())
+    c.check("local rank on one host", hvd.local_rank() == hvd.rank())
+    c.check("cross size on one host", hvd.cross_size() == 1 and hvd.cross_rank() == 0)
+    c.check("is_homogeneous", hvd.is_homogeneous() is True)
+    c.check("is_initialized", hvd.is_initialized() is True)
+    c.check("mpi built and enabled", hvd.mpi_built() and hvd.mpi_enabled())
+    c.check("no gloo/nccl/cuda/rocm", not (hvd.gloo_built() or hvd.gloo_enabled() or hvd.nccl_built()
+                                           or hvd.cuda_built() or hvd.rocm_built()))
+    c.check("global_process_set covers the job", hvd.global_process_set.size() == hvd.size())
+
+
+def main():
+    hvd.init()
+    c = Checks()
+    for section in (check_basics, check_allreduce, check_allreduce_variants, check_grouped_allreduce,
+                    check_allgather, check_broadcast, check_alltoall, check_reducescatter, check_errors,
+                    check_process_sets_join_objects):
+        c.run(section)
+    from hvdlite.torch import handles
+    c.check("no operation left in flight", handles.in_flight() == 0, str(handles.in_flight()))
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()
