@@ -1,0 +1,36 @@
+"""Shared test helpers: run a worker script under the MPI library's own mpiexec from inside pytest."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+VENV_BIN = os.path.dirname(sys.executable)
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def mpiexec_path():
+    candidate = os.path.join(VENV_BIN, "mpiexec")
+    return candidate if os.path.exists(candidate) else "mpiexec"
+
+
+def run_mpi(nranks, script, *args, env=None, timeout=240):
+    """Runs `python script args` on nranks real MPI processes; returns the CompletedProcess.
+
+    Workers assert on every rank and exit non-zero on failure, so callers check returncode first.
+    """
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    full_env.update(env or {})
+    command = [mpiexec_path(), "-n", str(nranks), sys.executable, script, *map(str, args)]
+    return subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_ran_ok(result, nranks, marker="WORKER OK"):
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"exit {result.returncode}\n{output[-6000:]}"
+    assert output.count(marker) == nranks, output[-6000:]
+
+
+@pytest.fixture
+def mpirun():
+    return run_mpi

@@ -1,0 +1,171 @@
+"""Every collective x dtype x op on every rank against an independent float64 reference.
+
+Run under mpiexec with 2, 3 or 4 ranks; argv[1] is a label. Prints 'WORKER OK' per rank on success.
+"""
+import sys
+
+import numpy as np
+
+import hvdlite as hvd
+from reference import DTYPES, check_close, np_dtype, rank_input, reduce_reference
+
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+SIZES = [0, 1, 7, 13, 4099, 70001]
+
+
+def same_bytes_everywhere(array, what):
+    data = np.ascontiguousarray(array).view(np.uint8).ravel()
+    everyone = hvd.allgather_object(data.tobytes())
+    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
+
+
+def check_allreduce(rank, size, rounds):
+    # Everything submitted async at once: many concurrent handles, fused mixes of dtypes and ops.
+    # Later rounds reuse the names, so they take the response cache's fast path.
+    for round_ in range(rounds):
+        jobs = []
+        for dtype in DTYPES:
+            for op_name, op in OPS.items():
+                for n in SIZES:
+                    if op_name == "product" and n > 13:
+                        continue
+                    scales = (1.0, 1.0)
+                    if dtype.startswith("float") or dtype == "bfloat16":
+                        scales = (0.5, 3.0) if n == 7 else (1.0, 1.0)
+                    name = f"ar.{dtype}.{op_name}.{n}"
+                    x = rank_input(dtype, (n,), rank, op_name, (name, round_))
+                    h = hvd.allreduce_async(x, name=name, op=op, prescale_factor=scales[0], postscale_factor=scales[1])
+                    jobs.append((h, name, dtype, op_name, n, scales, round_))
+        for h, name, dtype, op_name, n, scales, round_ in jobs:
+            got = hvd.synchronize(h)
+            inputs = [rank_input(dtype, (n,), r, op_name, (name, round_)) for r in range(size)]
+            expected = reduce_reference(inputs, op_name, *scales)
+            check_close(name, got, expected, dtype, "allreduce")
+            assert got.dtype == np_dtype(dtype)
+            if n in (13, 4099):
+                same_bytes_everywhere(got, name)
+    # A 2-D tensor keeps its shape.
+    m = hvd.allreduce(np.full((3, 5), rank, dtype=np.float32), op=hvd.Sum, name="ar.2d")
+    assert m.shape == (3, 5) and np.all(m == sum(range(size)))
+
+
+def check_grouped(rank, size):
+    tensors = [rank_input(d, (5 + i,), rank, "sum", ("g", d)) for i, d in enumerate(DTYPES)]
+    outs = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grouped")
+    for i, (d, out) in enumerate(zip(DTYPES, outs)):
+        expected = reduce_reference([rank_input(d, (5 + i,), r, "sum", ("g", d)) for r in range(size)], "sum")
+        check_close(f"grouped.{i}", out, expected, d, "grouped_allreduce")
+
+
+def check_allgather(rank, size):
+    for dtype in DTYPES + ["bool"]:
+        for variant, rows_of in enumerate((lambda r: r + 1, lambda r: 0 if r == 1 else 2)):
+            rows = rows_of(rank)
+            x = (rank_input(dtype if dtype != "bool" else "uint8", (rows, 3), rank, "sum", ("ag", dtype, rows)))
+            if dtype == "bool":
+                x = x % 2 == 0
+            got = hvd.allgather(x, name=f"ag.{dtype}.{variant}")
+            parts = []
+            for r in range(size):
+                p = rank_input(dtype if dtype != "bool" else "uint8", (rows_of(r), 3), r, "sum", ("ag", dtype, rows_of(r)))
+                parts.append(p % 2 == 0 if dtype == "bool" else p)
+            expected = np.concatenate(parts)
+            assert got.dtype == x.dtype and got.shape == expected.shape, (got.shape, expected.shape)
+            assert np.array_equal(got.view(np.uint8), expected.view(np.uint8)), f"allgather {dtype}"
+
+
+def check_broadcast(rank, size):
+    for root in range(size):
+        for dtype in DTYPES + ["bool"]:
+            for n in (0, 1, 13, 4099):
+                base = "uint8" if dtype == "bool" else dtype
+                x = rank_input(base, (n,), rank, "sum", ("bc", dtype, n, root))
+                if dtype == "bool":
+                    x = x % 2 == 0
+                got = hvd.broadcast(x, root_rank=root, name=f"bc.{root}.{dtype}.{n}")
+                expected = rank_input(base, (n,), root, "sum", ("bc", dtype, n, root))
+                if dtype == "bool":
+                    expected = expected % 2 == 0
+                assert np.array_equal(got.view(np.uint8), expected.view(np.uint8)), f"broadcast {dtype} root {root}"
+
+
+def check_alltoall(rank, size):
+    for dtype in DTYPES + ["bool"]:
+        # rank r sends (r + d) % 3 rows of width 2 to rank d; row values identify sender and destination.
+        splits = [(rank + d) % 3 for d in range(size)]
+        rows = [np.full((s, 2), 10 * rank + d) for d, s in enumerate(splits)]
+        x = np.concatenate(rows).astype(np_dtype(dtype) if dtype != "bool" else np.int64)
+        if dtype == "bool":
+            x = x % 2 == 0
+        got, received = hvd.alltoall(x, splits=splits, name=f"a2a.{dtype}")
+        expected_splits = [(r + rank) % 3 for r in range(size)]
+        expected = np.concatenate([np.full(((r + rank) % 3, 2), 10 * r + rank) for r in range(size)])
+        expected = expected % 2 == 0 if dtype == "bool" else expected.astype(np_dtype(dtype))
+        assert list(received) == expected_splits, (received, expected_splits)
+        assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(expected).view(np.uint8)), f"alltoall {dtype}"
+    even = hvd.alltoall(np.arange(2 * size, dtype=np.float32) + 100 * rank, name="a2a.even")
+    expected = np.concatenate([np.arange(2 * rank, 2 * rank + 2) + 100 * r for r in range(size)])
+    assert np.array_equal(even, expected), even
+
+
+def check_reducescatter(rank, size):
+    for dtype in DTYPES:
+        for op_name in ("sum", "average", "min", "max"):
+            for dim0 in (1, size, 2 * size + 1):
+                name = f"rs.{dtype}.{op_name}.{dim0}"
+                x = rank_input(dtype, (dim0, 3), rank, op_name, name)
+                got = hvd.reducescatter(x, op=OPS[op_name], name=name)
+                full = reduce_reference([rank_input(dtype, (dim0, 3), r, op_name, name) for r in range(size)], op_name)
+                start = sum(dim0 // size + (1 if r < dim0 % size else 0) for r in range(rank))
+                rows = dim0 // size + (1 if rank < dim0 % size else 0)
+                check_close(name, got, full[start:start + rows], dtype, "reducescatter")
+
+
+def check_join(rank, size):
+    # Rank 0 joins at once; the others run allreduces to which it contributes zeros.
+    if rank == 0:
+        last = hvd.join()
+    else:
+        for step in range(3):
+            got = hvd.allreduce(np.full(4, float(rank)), op=hvd.Sum, name=f"join.step{step}")
+            assert np.allclose(got, sum(range(1, size))), got
+        last = hvd.join()
+    assert 0 < last < size, last
+
+
+def check_process_set(rank, size):
+    members = list(range(1, size))
+    ps = hvd.add_process_set(members)
+    assert ps.included() == (rank in members)
+    if ps.included():
+        got = hvd.allreduce(np.full(3, float(rank)), op=hvd.Sum, name="ps.sum", process_set=ps)
+        assert np.allclose(got, sum(members)), got
+        got = hvd.allgather(np.array([rank]), name="ps.gather", process_set=ps)
+        assert list(got) == members
+        assert ps.rank() == members.index(rank)
+    else:
+        assert ps.rank() == -1
+    assert hvd.remove_process_set(ps)
+    hvd.barrier()
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    assert hvd.local_size() == size and hvd.local_rank() == rank and hvd.cross_size() == 1
+    assert hvd.mpi_threads_supported()
+    check_allreduce(rank, size, rounds=3)
+    check_grouped(rank, size)
+    check_allgather(rank, size)
+    check_broadcast(rank, size)
+    check_alltoall(rank, size)
+    check_reducescatter(rank, size)
+    check_join(rank, size)
+    check_process_set(rank, size)
+    hvd.barrier()
+    print(f"rank {rank}: WORKER OK {sys.argv[1:]}", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

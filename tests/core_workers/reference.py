@@ -1,0 +1,62 @@
+"""Independent float64 references and deterministic per-rank inputs for the core's worker scripts."""
+import zlib
+
+import numpy as np
+
+try:
+    import ml_dtypes
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is an install requirement
+    BFLOAT16 = None
+
+DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+TOLERANCE = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def np_dtype(name):
+    return BFLOAT16 if name == "bfloat16" else np.dtype(name)
+
+
+def rank_input(name, shape, rank, op, seed):
+    """What `rank` contributes: small values so integer sums and products never overflow."""
+    rng = np.random.default_rng(zlib.crc32(repr((seed, rank)).encode()))  # same on every process
+    if op == "product":
+        values = rng.integers(1, 3, size=shape).astype(np.float64)
+        if name.startswith("float") or name == "bfloat16":
+            values = rng.uniform(0.5, 1.5, size=shape)
+    elif name == "uint8":
+        values = rng.integers(0, 50, size=shape)
+    elif name.startswith("int"):
+        values = rng.integers(-30, 30, size=shape)
+    else:
+        values = rng.uniform(-4, 4, size=shape)
+    return np.asarray(values).astype(np_dtype(name))
+
+
+def reduce_reference(inputs, op, prescale=1.0, postscale=1.0):
+    """float64 reduction of the ranks' inputs with hvdlite's semantics."""
+    stacked = np.stack([x.astype(np.float64) * prescale for x in inputs])
+    if op in ("sum", "average"):
+        out = stacked.sum(axis=0)
+        if op == "average":
+            out = out / len(inputs)
+            if not np.issubdtype(inputs[0].dtype, np.floating) and inputs[0].dtype != BFLOAT16:
+                out = np.trunc(out)  # integer averages truncate toward zero
+    elif op == "min":
+        out = stacked.min(axis=0)
+    elif op == "max":
+        out = stacked.max(axis=0)
+    else:
+        out = stacked.prod(axis=0)
+    return out * postscale
+
+
+def check_close(name, got, expected, dtype_name, what):
+    got64 = got.astype(np.float64)
+    if dtype_name in TOLERANCE:
+        tol = TOLERANCE[dtype_name]
+        ok = np.allclose(got64, expected, rtol=tol, atol=tol * max(1.0, float(np.abs(expected).max(initial=0))))
+    else:
+        ok = np.array_equal(got64, expected)
+    if not ok:
+        raise AssertionError(f"{what} {name} ({dtype_name}): got {got64.ravel()[:8]} expected {expected.ravel()[:8]}")
