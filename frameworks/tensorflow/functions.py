@@ -8,6 +8,7 @@ from . import tensor_bridge as bridge
 from .mpi_ops import grouped_broadcast
 
 
+@tf.autograph.experimental.do_not_convert
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns the root rank's values to ``variables`` (tf.Variable or keras.Variable) on every rank.
 

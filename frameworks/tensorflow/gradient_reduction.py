@@ -51,6 +51,8 @@ class ReductionSettings:
 
 def _group_positions(positions, variables, settings):
     """Splits the positions of the dense gradients into the groups that travel together."""
+    if not positions:
+        return []
     groups = settings.groups if settings.groups is not None else settings.num_groups
     if isinstance(groups, int):
         if groups <= 0 or groups >= len(positions):
@@ -72,6 +74,7 @@ def _group_positions(positions, variables, settings):
     return [buckets[g] for g in sorted(buckets)] + singles
 
 
+@tf.autograph.experimental.do_not_convert
 def allreduce_gradients(grads, variables, settings, prefix, local_variables=()):
     """Returns ``grads`` reduced across the process set; None entries stay None.
 

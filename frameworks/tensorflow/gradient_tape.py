@@ -11,6 +11,7 @@ from .gradient_reduction import ReductionSettings, allreduce_gradients
 class _DistributedTapeMethods:
     """Mixed in front of the wrapped tape's own class, so that the result is still that class."""
 
+    @tf.autograph.experimental.do_not_convert
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE, use_generic_names=False):
         grads = super().gradient(target, sources, output_gradients=output_gradients,

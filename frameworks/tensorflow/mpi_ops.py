@@ -16,6 +16,9 @@ from . import numpy_collectives
 from . import tensor_bridge as bridge
 from .compression import Compression
 
+# Library code runs as written inside tf.function: AutoGraph must not rewrite its Python control flow.
+_not_converted = tf.autograph.experimental.do_not_convert
+
 _REDUCE_OPS = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
 
@@ -108,6 +111,7 @@ def _allreduce_indexed_slices(slices, op, prescale_factor, postscale_factor, nam
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_not_converted
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
@@ -125,6 +129,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, ctx)
 
 
+@_not_converted
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
@@ -172,11 +177,13 @@ def _allgather_group(tensors, names, process_set):
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 
+@_not_converted
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates ``tensor`` from every rank along the first dimension (which may differ between ranks)."""
     return _allgather_group([tensor], [bridge.collective_name("allgather", name)], process_set)[0]
 
 
+@_not_converted
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
@@ -201,11 +208,13 @@ def _broadcast_group(tensors, names, root_rank, process_set):
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 
+@_not_converted
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a rank within the process set)."""
     return _broadcast_group([tensor], [bridge.collective_name("broadcast", name)], root_rank, process_set)[0]
 
 
+@_not_converted
 def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
@@ -234,6 +243,7 @@ def _alltoall(tensor, splits, name, process_set):
     return _differentiable([bridge.as_tensor(tensor)], forward, backward)
 
 
+@_not_converted
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``tensor`` to rank i (equal parts when None) and returns
     ``(received tensor, received_splits)``, rows concatenated in rank order."""
@@ -268,6 +278,7 @@ def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, 
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 
+@_not_converted
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
                   ignore_name_scope=False, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
@@ -280,6 +291,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     return compression.decompress(out, ctx)
 
 
+@_not_converted
 def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0, name=None):
     op = _check_op(op)
@@ -295,6 +307,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 # --- join and barrier ----------------------------------------------------------------------------------------
 
+@_not_converted
 def join(device=""):
     """Blocks until every rank has joined; ranks that joined early contribute zeros to the collectives the
     others still run. Returns the last rank to join (an int32 tensor)."""
@@ -303,6 +316,7 @@ def join(device=""):
     return bridge.run(body, [], [tf.int32], [[]], "join")[0]
 
 
+@_not_converted
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the process set has reached the barrier."""
     def body():

@@ -40,6 +40,7 @@ class _DistributedOptimizerMethods:
     _hvdlite_average_aggregated_gradients = False
     _hvdlite_prefix = "DistributedOptimizer"
 
+    @tf.autograph.experimental.do_not_convert
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         _refuse_xla()
