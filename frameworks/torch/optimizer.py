@@ -222,7 +222,7 @@ class _DistributedOptimizer:
             indices, values = result
             if self._op == Average:
                 values = values * (self._gradient_predivide_factor / self.process_set.size())
-            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape).coalesce()
+            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape, check_invariants=False).coalesce()
             return
         compressed, contexts = bucket.contexts
         for p, reduced, ctx in zip(bucket.params, compressed, contexts):

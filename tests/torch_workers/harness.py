@@ -15,6 +15,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import hvdlite.torch as hvd  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+RANK = MPI.COMM_WORLD.Get_rank()
 
 torch.set_num_threads(1)
 
@@ -28,8 +31,7 @@ class Checks:
     def check(self, name, ok, detail=""):
         self.count += 1
         if not ok:
-            rank = hvd.rank() if hvd.is_initialized() else -1
-            message = f"[rank {rank}] FAIL {name}: {detail}"
+            message = f"[rank {RANK}] FAIL {name}: {detail}"
             print(message, flush=True)
             self.failures.append(message)
         return ok
@@ -65,8 +67,7 @@ class Checks:
             self.check(section.__name__, False, "raised\n" + traceback.format_exc())
 
     def finish(self):
-        rank = hvd.rank()
-        print(f"TORCH-WORKER rank={rank} checks={self.count} failures={len(self.failures)} "
+        print(f"TORCH-WORKER rank={RANK} checks={self.count} failures={len(self.failures)} "
               f"seconds={time.time() - self.started:.1f}", flush=True)
         hvd.shutdown()
         sys.exit(1 if self.failures else 0)
