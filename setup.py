@@ -22,7 +22,7 @@ NATIVE = os.path.join(ROOT, "native")
 LIBRARY_NAME = "libhvdlite_core.so"
 CXXFLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-fPIC", "-pthread",
             "-I" + os.path.join(NATIVE, "include"), "-I" + os.path.join(NATIVE, "src")]
-LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined"]
+LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined", "-Wl,--as-needed"]
 INSTALL_MPI_HINT = ("install an MPI with its C++ wrapper: `pip install mpich mpi4py` (then mpicxx is in the "
                     "environment's bin/), or `apt-get install libopenmpi-dev` (Open MPI), or set MPICXX=/path/to/mpicxx")
 
