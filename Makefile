@@ -1,0 +1,60 @@
+# make test: build what is needed (venv, MPI, frameworks, the native core) and run the whole test suite.
+# Each install step leaves a stamp under $(VENV)/.stamps, so a second run skips straight to building and testing.
+
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip
+STAMPS := $(VENV)/.stamps
+HVDLITERUN := $(VENV)/bin/hvdliterun
+
+# The venv's mpicxx/mpiexec (mpich wheel) come first, so the core links the libmpi that mpi4py loads.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: test demo bench setup native clean
+
+test: native
+	$(PYTHON) -m pytest tests -q
+
+demo: native
+	@if [ -f examples/torch_digits.py ]; then example=examples/torch_digits.py; \
+	else example=examples/numpy_digits.py; fi; \
+	echo "$(HVDLITERUN) -np 2 $(PYTHON) $$example"; \
+	$(HVDLITERUN) -np 2 $(PYTHON) $$example
+
+bench: native
+	@for script in bench/*.py; do \
+		[ -f "$$script" ] || continue; \
+		echo "== $$script"; \
+		$(PYTHON) "$$script" || exit 1; \
+	done
+
+setup: $(STAMPS)/hvdlite
+
+# Incremental: recompiles only the native sources that changed since the last build.
+native: $(STAMPS)/hvdlite
+	$(PYTHON) setup.py -q build_ext --inplace
+
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+$(STAMPS)/mpi: | $(PYTHON)
+	$(PIP) install mpi4py mpich setuptools wheel cffi
+	@mkdir -p $(STAMPS) && touch $@
+
+# This exact pin resolves to a local CPU-only wheel; an unpinned torch would pull gigabytes of CUDA.
+$(STAMPS)/torch: | $(STAMPS)/mpi
+	$(PIP) install torch==2.13.0
+	@touch $@
+
+$(STAMPS)/tensorflow: | $(STAMPS)/mpi
+	$(PIP) install tensorflow-cpu
+	@touch $@
+
+# No build isolation: the build must see this venv's mpicxx and setuptools, not a throwaway environment's.
+$(STAMPS)/hvdlite: setup.py pyproject.toml | $(STAMPS)/torch $(STAMPS)/tensorflow
+	$(PIP) install --no-build-isolation -e '.[test]'
+	@touch $@
+
+clean:
+	rm -rf build hvdlite/libhvdlite_core.so hvdlite/hvdlite.h hvdlite/build_info.json *.egg-info
