@@ -1,0 +1,31 @@
+"""init(comm=...) on halves of the job, init(process_sets=...), and ProcessSet from a communicator."""
+import numpy as np
+from mpi4py import MPI
+
+import hvdlite as hvd
+
+world = MPI.COMM_WORLD
+world_rank, world_size = world.Get_rank(), world.Get_size()
+
+# Two independent hvdlite jobs: even and odd world ranks.
+half = world.Split(world_rank % 2, world_rank)
+hvd.init(comm=half)
+assert hvd.size() == half.Get_size() and hvd.rank() == half.Get_rank(), (hvd.size(), hvd.rank())
+got = hvd.allreduce(np.array([float(world_rank)]), op=hvd.Sum, name="half")
+expected = sum(r for r in range(world_size) if r % 2 == world_rank % 2)
+assert got[0] == expected, (got, expected)
+hvd.shutdown()
+
+# The whole job again, with a process set registered at init and another built from a communicator.
+evens = hvd.ProcessSet([r for r in range(world_size) if r % 2 == 0])
+hvd.init(process_sets=[evens])
+assert hvd.size() == world_size
+assert evens.process_set_id is not None and evens.included() == (world_rank % 2 == 0)
+if evens.included():
+    got = hvd.allreduce(np.ones(3), op=hvd.Sum, name="evens", process_set=evens)
+    assert np.all(got == evens.size()), got
+first_two = world.Split(0 if world_rank < 2 else MPI.UNDEFINED, world_rank)  # collective over the world
+from_comm = hvd.add_process_set(hvd.ProcessSet(first_two if world_rank < 2 else [0, 1]))
+assert from_comm.ranks == [0, 1], from_comm.ranks
+hvd.barrier()
+print(f"rank {world_rank}: WORKER OK", flush=True)
