@@ -300,7 +300,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__})
         _classes[base] = cls
     distributed = cls.__new__(cls)
-    distributed.__dict__.update(optimizer.__dict__)
+    # Share the wrapped optimizer's attributes, except instance attributes that shadow methods (an LR
+    # scheduler created before wrapping replaces `optimizer.step` on the instance with a bound wrapper).
+    distributed.__dict__.update({key: value for key, value in optimizer.__dict__.items()
+                                 if not (callable(value) and hasattr(cls, key))})
     distributed._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
                            gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return distributed

@@ -112,6 +112,25 @@ def check_equivalence(c):
         got = train_distributed(model, opt)
         same_on_every_rank(c, f"{label} after {STEPS} steps", got)
         close_params(c, f"{label} after {STEPS} steps", got, want)
+    # an LR scheduler created before wrapping keeps working on the wrapped optimizer
+    ref_model = mlp()
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.2, momentum=0.9)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=1, gamma=0.5)
+    model = mlp()
+    base = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(base, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the scheduler watches the unwrapped optimizer's step
+        for step in range(STEPS):
+            x, y = global_batch(step)
+            for m, o, s, xs, ys in ((ref_model, ref_opt, ref_sched, x, y), (model, opt, sched, shard(x), shard(y))):
+                o.zero_grad()
+                nn.functional.mse_loss(m(xs), ys).backward()
+                o.step()
+                s.step()
+    c.check("scheduler built before wrapping drives the wrapped lr", opt.param_groups[0]["lr"] == 0.2 * 0.5 ** STEPS)
+    close_params(c, "LR scheduler created before wrapping", params_of(model), params_of(ref_model))
     # accumulation over two backward passes per step
     ref_model = mlp()
     want = train_reference(ref_model, OPTIMIZERS["Adam"](ref_model.parameters()))
