@@ -8,6 +8,12 @@ The work itself is done by numpy_collectives.py through tensor_bridge.py.
 import numpy as np
 import tensorflow as tf
 
+try:  # TensorFlow's own test for "is any gradient tape recording now?"
+    from tensorflow.python.eager.record import could_possibly_record as _could_record
+except ImportError:  # pragma: no cover - a TensorFlow without it: always wrap
+    def _could_record():
+        return True
+
 from hvdlite import ops as core_ops
 from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum, reducescatter_rows
 from hvdlite.process_sets import global_process_set
@@ -42,8 +48,11 @@ def _check_op(op):
 def _differentiable(inputs, forward, backward):
     """Runs ``forward(inputs) -> outputs`` under a custom gradient ``backward(inputs, outputs, grads)``.
 
-    Only floating inputs can carry a gradient; without one the forward runs bare (no extra identity ops)."""
+    Only floating inputs can carry a gradient, and eagerly only while a tape records; otherwise the forward
+    runs bare (tf.custom_gradient adds identity ops and tape bookkeeping to every call)."""
     if not any(t.dtype.is_floating or t.dtype.is_complex for t in inputs):
+        return forward(inputs)
+    if tf.executing_eagerly() and not _could_record():
         return forward(inputs)
 
     @tf.custom_gradient

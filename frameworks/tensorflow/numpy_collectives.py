@@ -3,7 +3,8 @@
 These are the bodies of every TensorFlow collective: called directly on the eager tensor's host buffer, or run
 by ``tf.numpy_function`` inside a graph (tensor_bridge.py). Each call submits all its requests as one group,
 waits on every handle with the GIL released, and frees the core's memory before returning.
-What costs: inputs are read in place (no copy); outputs are fresh arrays that TensorFlow then owns.
+What costs: inputs are read in place (no copy); outputs are fresh 64-byte-aligned arrays (the core writes
+into them directly, except allgather/alltoall whose result is copied once out of the core's memory).
 """
 import ml_dtypes
 import numpy as np
@@ -33,6 +34,17 @@ def dtype_name(dtype):
     except KeyError:
         raise TypeError(f"hvdlite collectives do not support dtype {np.dtype(dtype)}; supported: "
                         f"{', '.join(sorted(_DTYPE_NAMES.values()))}") from None
+
+
+def aligned_empty(shape, dtype, alignment=64):
+    """An uninitialised array whose data starts on a 64-byte boundary, as TensorFlow's kernels expect of
+    buffers they adopt without copying (tensor_bridge.py hands eager outputs to TensorFlow through DLPack)."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    offset = (-raw.__array_interface__["data"][0]) % alignment
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 def _address(array):
@@ -77,13 +89,15 @@ def _core_output(handle, dtype):
     """Copies a core-allocated output (allgather, alltoall) into an array TensorFlow may keep."""
     shape = tuple(handle.output_shape())
     count = int(np.prod(shape, dtype=np.int64))
-    data = handle.output_buffer()
-    return np.frombuffer(data, dtype=dtype, count=count).reshape(shape).copy()
+    out = aligned_empty(shape, dtype)
+    if count:
+        out.reshape(-1)[...] = np.frombuffer(handle.output_buffer(), dtype=dtype, count=count)
+    return out
 
 
 def allreduce(arrays, names, op, prescale_factor, postscale_factor, process_set):
     inputs = [_contiguous(a) for a in arrays]
-    outputs = [np.empty_like(a) for a in inputs]
+    outputs = [aligned_empty(a.shape, a.dtype) for a in inputs]
     requests = [Request(collective=Collective.ALLREDUCE, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
                         input_ptr=_address(a), output_ptr=_address(out), op=op,
                         prescale_factor=prescale_factor, postscale_factor=postscale_factor,
@@ -106,7 +120,7 @@ def allgather(arrays, names, process_set):
 
 def broadcast(arrays, names, root_rank, process_set):
     inputs = [_contiguous(a) for a in arrays]
-    outputs = [np.empty_like(a) for a in inputs]
+    outputs = [aligned_empty(a.shape, a.dtype) for a in inputs]
     requests = [Request(collective=Collective.BROADCAST, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
                         input_ptr=_address(a), output_ptr=_address(out), root_rank=root_rank,
                         process_set=process_set, keepalive=(a, out))
@@ -138,7 +152,7 @@ def reducescatter(arrays, names, op, prescale_factor, postscale_factor, process_
         if a.ndim == 0:
             raise ValueError(f"reducescatter of '{name}': a scalar has no first dimension to scatter")
         rows = core_ops.reducescatter_rows(a.shape[0], size, rank)
-        outputs.append(np.empty((rows,) + a.shape[1:], dtype=a.dtype))
+        outputs.append(aligned_empty((rows,) + a.shape[1:], a.dtype))
     requests = [Request(collective=Collective.REDUCESCATTER, name=name, dtype=dtype_name(a.dtype),
                         shape=a.shape, input_ptr=_address(a), output_ptr=_address(out), op=op,
                         prescale_factor=prescale_factor, postscale_factor=postscale_factor,

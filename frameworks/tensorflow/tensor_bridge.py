@@ -1,11 +1,13 @@
 """Runs a NumPy-level collective (numpy_collectives.py) on TensorFlow tensors, eagerly or inside a graph.
 
-Eager: the body is called at once on the tensors' host buffers (``Tensor.numpy()`` shares memory on the CPU).
-Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being stateful, these ops keep
+Eager: the body is called at once on the tensors' host buffers (``EagerTensor._numpy()``: a view, where the
+public ``numpy()`` makes a copy), and its outputs become tensors through DLPack, which adopts the NumPy buffer
+instead of copying it. Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being stateful, these ops keep
 program order under tf.function's automatic control dependencies, so every rank runs its collectives in the
 order the program wrote them, which is what keeps a blocking collective from deadlocking across ranks.
 Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
 """
+import numpy as np
 import tensorflow as tf
 
 from hvdlite import requests as core_requests
@@ -36,13 +38,32 @@ def run(body, inputs, out_dtypes, out_shapes, op_name):
     """``body(*arrays) -> list of arrays``; returns the list of output tensors."""
     inputs = [as_tensor(t) for t in inputs]
     if tf.executing_eagerly():
-        arrays = [t.numpy() for t in inputs]
-        return [tf.convert_to_tensor(out, dtype=dtype) for out, dtype in zip(body(*arrays), out_dtypes)]
+        arrays = [_host_view(t) for t in inputs]
+        return [_adopt(out, dtype) for out, dtype in zip(body(*arrays), out_dtypes)]
     outputs = tf.numpy_function(lambda *arrays: list(body(*arrays)), inputs, list(out_dtypes), stateful=True,
                                 name=_graph_op_name(op_name))
     for out, shape in zip(outputs, out_shapes):
         out.set_shape(shape)
     return list(outputs)
+
+
+def _host_view(tensor):
+    """The eager tensor's data as a NumPy array, without a copy where TensorFlow allows it."""
+    if tensor.device.endswith("CPU:0") and hasattr(tensor, "_numpy"):
+        return np.asarray(tensor._numpy())
+    return tensor.numpy()
+
+
+def _adopt(array, dtype):
+    """An eager tensor over the array's buffer (no copy); bfloat16 travels as its uint16 bit pattern, because
+    DLPack has no code for NumPy's (ml_dtypes) bfloat16."""
+    if dtype == tf.bfloat16:
+        return tf.bitcast(_adopt(array.view(np.uint16), tf.uint16), tf.bfloat16)
+    try:
+        tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    except (AttributeError, TypeError, ValueError, BufferError, tf.errors.OpError):
+        return tf.convert_to_tensor(array, dtype=dtype)
+    return tensor if tensor.dtype == dtype else tf.cast(tensor, dtype)
 
 
 def _graph_op_name(name):
