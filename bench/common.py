@@ -1,0 +1,176 @@
+"""What every benchmark under bench/ shares: side-by-side timing under mpiexec, tables, JSON and plots.
+
+Every figure is a ratio measured in one run on the same machine: the methods compared are timed in
+interleaved rounds (A B C, A B C, ...) after warm-up, each round a batch of iterations whose count all ranks
+agree on; a round's time is the slowest rank's, and the reported figure is the median over rounds. Ratios
+are medians of per-round ratios, so slow drift of a noisy machine cancels out.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from mpi4py import MPI
+
+COMM = MPI.COMM_WORLD
+
+
+def rank():
+    return COMM.Get_rank()
+
+
+def size():
+    return COMM.Get_size()
+
+
+def say(*args):
+    if rank() == 0:
+        print(*args, flush=True)
+
+
+def base_arguments(description, default_json, default_plot):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds per measurement (median)")
+    parser.add_argument("--budget", type=float, default=0.08, help="seconds per timed batch")
+    parser.add_argument("--json", default=default_json, help="where to write the results")
+    parser.add_argument("--plot", nargs="?", const=default_plot, default=None, help="write a PNG (path)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and sizes (a smoke run)")
+    return parser
+
+
+def agreed_iterations(function, budget, minimum=2, maximum=20000):
+    """Iterations that take about budget seconds on the slowest rank (the same count everywhere)."""
+    probe = 1
+    while True:  # every rank makes the same number of calls: they are collectives
+        per_call = timed_batch(function, probe)
+        if per_call * probe > budget / 8 or probe >= 256:
+            break
+        probe *= 2
+    return int(min(maximum, max(minimum, budget / per_call)))
+
+
+def timed_batch(function, iterations):
+    """Seconds per call of the slowest rank over one batch."""
+    COMM.Barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        function()
+    elapsed = (time.perf_counter() - start) / iterations
+    return COMM.allreduce(elapsed, op=MPI.MAX)
+
+
+def interleaved(methods, repeats, budget, warmup=3):
+    """{name: [seconds per call, one per round]} for methods {name: function}, timed in interleaved rounds."""
+    counts = {}
+    for name, function in methods.items():
+        for _ in range(warmup):
+            function()
+        counts[name] = agreed_iterations(function, budget)
+    rounds = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, function in methods.items():
+            rounds[name].append(timed_batch(function, counts[name]))
+    return rounds
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def median_ratio(numerators, denominators):
+    """Median over rounds of numerator/denominator (paired by round)."""
+    return statistics.median(a / b for a, b in zip(numerators, denominators))
+
+
+def machine_info():
+    import numpy
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ranks": size(),
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi4py": __import__("mpi4py").__version__,
+        "numpy": numpy.__version__,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+        "load_average": os.getloadavg(),
+        "git": _git_revision(),
+        "command": "mpiexec -n %d %s %s" % (size(), os.path.basename(sys.executable), " ".join(sys.argv)),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    try:
+        import torch
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _git_revision():
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except OSError:
+        return ""
+
+
+def write_json(path, payload):
+    if rank() != 0 or not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
+    print(f"wrote {path}", flush=True)
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def format_table(header, rows):
+    """A Markdown table (also readable on a terminal)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+    def line(cells):
+        return "| " + " | ".join(str(c).rjust(w) for c, w in zip(cells, widths)) + " |"
+    out = [line(header), "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def human_bytes(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def start_gloo():
+    """torch.distributed with the gloo backend over TCP on this host, ranks as in MPI.COMM_WORLD."""
+    import socket
+
+    import torch.distributed as dist
+    port = 0
+    if rank() == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = COMM.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank(), world_size=size())
+    return dist
