@@ -126,11 +126,12 @@ def compile_sources(mpicxx, sources, object_dir, jobs):
     failures = []
     with ThreadPool(jobs) as pool:
         for source, command, result in pool.imap_unordered(compile_one, stale):
+            if result.returncode != 0:
+                failures.append(f"{shlex.join(command)}\n{result.stdout}")  # reported once, at the end
+                continue
             print(f"hvdlite: compiled {os.path.relpath(source, ROOT)}", flush=True)
             if result.stdout:
-                print(result.stdout, flush=True)
-            if result.returncode != 0:
-                failures.append(f"{shlex.join(command)}\n{result.stdout}")
+                print(result.stdout, flush=True)  # warnings
     if failures:
         raise NativeBuildError("compiling the native core failed:\n" + "\n".join(failures))
     return objects
