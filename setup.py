@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from multiprocessing.pool import ThreadPool
 
 from setuptools import Extension, find_packages, setup
@@ -119,8 +120,17 @@ def compile_sources(mpicxx, sources, object_dir, jobs):
     def compile_one(item):
         source, obj = item
         os.makedirs(os.path.dirname(obj), exist_ok=True)
-        command = [mpicxx, *CXXFLAGS, "-MMD", "-MF", obj[:-2] + ".d", "-c", source, "-o", obj]
+        # Write under temporary names and rename: two builds of one tree at once never see half an object.
+        partial = f"{obj[:-2]}.{os.getpid()}.{threading.get_ident()}"
+        command = [mpicxx, *CXXFLAGS, "-MMD", "-MT", obj, "-MF", partial + ".d", "-c", source, "-o", partial + ".o"]
         result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode == 0:
+            os.replace(partial + ".o", obj)
+            os.replace(partial + ".d", obj[:-2] + ".d")
+        else:
+            for leftover in (partial + ".o", partial + ".d"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
         return source, command, result
 
     failures = []
