@@ -45,6 +45,8 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=10)
     parser.add_argument("--frameworks", default="hvdlite-fit,hvdlite-loop,mwms-loop",
                         help="comma list of: " + ", ".join(LABELS))
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the variants this many times, interleaved; report the median (noisy hosts)")
     parser.add_argument("--tf-threads", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600, help="seconds per framework run")
     parser.add_argument("--json", help="write the results here")
@@ -253,14 +255,25 @@ def run_framework(args, framework, workdir):
         return json.load(stream)
 
 
+def median_result(rounds):
+    """The round with the median throughput, with every round's samples/s attached."""
+    ordered = sorted(rounds, key=lambda r: r["samples_per_second"])
+    result = dict(ordered[len(ordered) // 2])
+    result["rounds_samples_per_second"] = [r["samples_per_second"] for r in rounds]
+    return result
+
+
 def print_table(args, results):
     print(f"\nKeras training, {args.model} model, {args.batch_size} samples per process per step, "
-          f"{args.steps} timed steps after {args.warmup_steps} warm-up steps")
-    header = f"{'framework':44s} {'processes':>9s} {'samples/s':>11s} {'step ms':>9s}"
+          f"{args.steps} timed steps after {args.warmup_steps} warm-up steps"
+          + (f", median of {args.rounds} rounds" if args.rounds > 1 else ""))
+    header = f"{'framework':44s} {'processes':>9s} {'samples/s':>11s} {'step ms':>9s}  {'all rounds':s}"
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{LABELS[r['framework']]:44s} {r['processes']:9d} {r['samples_per_second']:11.1f} {r['step_ms']:9.2f}")
+        every = " ".join(f"{v:.0f}" for v in r["rounds_samples_per_second"])
+        print(f"{LABELS[r['framework']]:44s} {r['processes']:9d} {r['samples_per_second']:11.1f} {r['step_ms']:9.2f}"
+              f"  {every}")
     by_name = {r["framework"]: r for r in results}
     if "mwms-loop" in by_name:
         for name in ("hvdlite-loop", "hvdlite-fit"):
@@ -298,11 +311,13 @@ def main(argv=None):
     unknown = set(frameworks) - set(LABELS)
     if unknown:
         raise SystemExit(f"unknown frameworks: {sorted(unknown)}")
-    results = []
+    runs = {framework: [] for framework in frameworks}
     with tempfile.TemporaryDirectory(prefix="hvdlite_tf_bench_") as workdir:
-        for framework in frameworks:
-            print(f"running {LABELS[framework]} ...", flush=True)
-            results.append(run_framework(args, framework, workdir))
+        for round_index in range(args.rounds):
+            for framework in frameworks:
+                print(f"round {round_index + 1}/{args.rounds}: {LABELS[framework]} ...", flush=True)
+                runs[framework].append(run_framework(args, framework, workdir))
+    results = [median_result(runs[framework]) for framework in frameworks]
     print_table(args, results)
     if args.json:
         with open(args.json, "w") as stream:
