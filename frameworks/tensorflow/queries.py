@@ -2,7 +2,17 @@
 import tensorflow as tf
 
 from hvdlite import basics
-from hvdlite.process_sets import global_process_set
+from hvdlite.process_sets import ProcessSet, global_process_set
+
+
+def _process_set(process_set_id):
+    """Horovod passes process set ids; a ProcessSet object is accepted too."""
+    if isinstance(process_set_id, ProcessSet):
+        return process_set_id
+    if process_set_id in (0, None):
+        return global_process_set
+    raise ValueError(f"process set id {process_set_id}: pass the ProcessSet object itself "
+                     "(hvdlite looks process sets up by object, not by id)")
 
 
 def size_op(process_set_id=0, name=None):
@@ -28,13 +38,3 @@ def process_set_included_op(process_set_id=0, name=None):
 
 def is_initialized_op(name=None):
     return tf.constant(int(basics.is_initialized()), dtype=tf.int32, name=name)
-
-
-def _process_set(process_set_id):
-    if process_set_id == 0:
-        return global_process_set
-    from hvdlite import process_sets
-    for candidate in getattr(process_sets, "_all_process_sets", lambda: [])():
-        if candidate.process_set_id == process_set_id:
-            return candidate
-    raise ValueError(f"no process set with id {process_set_id}")
