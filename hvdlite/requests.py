@@ -4,6 +4,7 @@ Adapters turn their tensors into (address, dtype, shape) and keep them alive thr
 nothing here copies tensor data.
 """
 import itertools
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -114,17 +115,52 @@ class Handle:
             self.release()
 
 
+# The hot path of every collective: names and shapes repeat step after step (gradients), so their C
+# copies are cached; the error buffer is only read on failure, so one per thread is reused.
+_C_NAMES = {}
+_C_SHAPES = {}
+_CACHE_LIMIT = 8192
+_thread_state = threading.local()
+
+
+def _c_name(name):
+    c_name = _C_NAMES.get(name)
+    if c_name is None:
+        if len(_C_NAMES) >= _CACHE_LIMIT:
+            _C_NAMES.clear()
+        c_name = _C_NAMES[name] = ffi.new("char[]", name.encode())
+    return c_name
+
+
+def _c_shape(shape):
+    key = tuple(shape)
+    c_shape = _C_SHAPES.get(key)
+    if c_shape is None:
+        if len(_C_SHAPES) >= _CACHE_LIMIT:
+            _C_SHAPES.clear()
+        c_shape = _C_SHAPES[key] = ffi.new("int64_t[]", [int(d) for d in key] or [0])
+    return c_shape, len(key)
+
+
+def _error_buffer():
+    buffer = getattr(_thread_state, "error_buffer", None)
+    if buffer is None:
+        buffer = _thread_state.error_buffer = error_buffer()
+    return buffer
+
+
 def _fill(c_request, request, owned):
-    if request.dtype not in DTYPES:
+    dtype = DTYPES.get(request.dtype)
+    if dtype is None:
         raise TypeError(f"hvdlite does not support dtype {request.dtype!r} (tensor '{request.name}'); "
                         f"supported: {', '.join(DTYPES)}")
-    name = ffi.new("char[]", request.name.encode())
-    shape = ffi.new("int64_t[]", [int(d) for d in request.shape] or [0])
-    owned += [name, shape]
+    name = _c_name(request.name)
+    shape, ndim = _c_shape(request.shape)
+    owned.append((name, shape))  # the caches may drop them; the call must not
     c_request.collective = request.collective
     c_request.name = name
-    c_request.dtype = DTYPES[request.dtype]
-    c_request.ndim = len(request.shape)
+    c_request.dtype = dtype
+    c_request.ndim = ndim
     c_request.shape = shape
     c_request.input = ffi.cast("void *", request.input_ptr)
     c_request.output = ffi.cast("void *", request.output_ptr)
@@ -133,7 +169,6 @@ def _fill(c_request, request, owned):
     c_request.postscale_factor = request.postscale_factor
     c_request.root_rank = request.root_rank
     c_request.process_set_id = request.process_set._id()
-    c_request.splits = ffi.NULL
     if request.splits is not None:
         splits = [int(s) for s in request.splits]
         if len(splits) != request.process_set.size():
@@ -155,12 +190,14 @@ def submit_group(requests):
     """Submits requests that run together (fused where their types allow); returns their handles."""
     if not requests:
         return []
+    if len(requests) == 1:
+        return [submit(requests[0])]
     c_requests = ffi.new("hvdlite_request[]", len(requests))
     owned = []
     for c_request, request in zip(c_requests, requests):
         _fill(c_request, request, owned)
     handles = ffi.new("hvdlite_handle[]", len(requests))
-    buffer = error_buffer()
+    buffer = _error_buffer()
     code = lib.hvdlite_enqueue_group(c_requests, len(requests), handles, buffer, len(buffer))
     if code != 0:
         _raise_for(code, buffer)
@@ -169,7 +206,14 @@ def submit_group(requests):
 
 def submit(request):
     """Submits one request; returns its Handle at once."""
-    return submit_group([request])[0]
+    c_request = ffi.new("hvdlite_request *")  # zeroed: splits stays NULL unless set
+    owned = []
+    _fill(c_request, request, owned)
+    buffer = _error_buffer()
+    handle = lib.hvdlite_enqueue(c_request, buffer, len(buffer))
+    if handle < 0:
+        _raise_for(handle, buffer)
+    return Handle(handle, request.keepalive, request.name)
 
 
 _ = _native  # the module keeps the library loaded for the lifetime of handles
