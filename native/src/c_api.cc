@@ -138,7 +138,7 @@ hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int 
 }
 
 int hvdlite_poll(hvdlite_handle handle) { return Core::Get().handles().Poll(handle); }
-int hvdlite_wait(hvdlite_handle handle) { return Core::Get().handles().Wait(handle); }
+int hvdlite_wait(hvdlite_handle handle) { return Core::Get().Wait(handle); }
 
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {
   int length = 0;

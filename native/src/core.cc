@@ -13,6 +13,18 @@ namespace {
 
 std::string InFlightKey(int32_t set_id, const std::string &name) { return std::to_string(set_id) + ":" + name; }
 
+// How the calling thread used its last requests: a thread that waits on each request right after
+// submitting it (a synchronous allreduce, step after step) runs the rounds itself in Wait, so waking the
+// background thread for its next request would only cost two thread switches.
+struct CallerPattern {
+  int64_t unwaited = 0;  // the last single request this thread submitted, until it waits on it
+  Clock::time_point submitted;
+  int quick_waits = 0;   // consecutive requests waited on within kQuickWait of their submission
+};
+thread_local CallerPattern caller_pattern;
+constexpr auto kQuickWait = std::chrono::microseconds(250);
+constexpr int kQuickWaitsForNoWake = 3;
+
 const char kShutDownMessage[] =
     "hvdlite has been shut down: a rank called shutdown() or exited, so this request cannot complete";
 
@@ -35,6 +47,8 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
   in_flight_.clear();
   set_up_done_ = false;
   shutdown_requested_ = false;
+  teardown_due_ = false;
+  driving_ = false;
   set_up_error_.clear();
   thread_ = std::thread(&Core::ThreadMain, this, settings, parent ? *parent : MPI_COMM_WORLD);
   ready_cv_.wait(lock, [&] { return set_up_done_; });
@@ -125,7 +139,7 @@ int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *err
     queue_.push_back(std::move(e));
   }
   lock.unlock();
-  work_cv_.notify_one();
+  if (NeedsWake(entries.size() == 1 ? handles[0] : 0, now)) work_cv_.notify_one();
   return 0;
 }
 
@@ -199,8 +213,13 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     return false;
   }
   settings_ = settings;
+  cycle_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(settings.cycle_time_ms));
+  last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
+  MPI_Comm_dup(world_, &wake_comm_);  // wake messages out of quiet, apart from everything else
+  quiet_ = false;
+  wake_request_ = MPI_REQUEST_NULL;
   Topology t;
   MPI_Comm_rank(world_, &t.rank);
   MPI_Comm_size(world_, &t.size);
@@ -213,6 +232,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   int provided = 0;
   MPI_Query_thread(&provided);
   t.threads_supported = provided == MPI_THREAD_MULTIPLE;
+  caller_progress_ = t.threads_supported;  // a waiting caller may run rounds (never two threads at once)
   SetLogRank(t.rank);
   MutableGlobalMpiTypes().Create();
 
@@ -254,36 +274,177 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   ready_cv_.notify_all();
   if (!ok) return;
 
-  const auto cycle = std::chrono::duration<double, std::milli>(settings.cycle_time_ms);
-  std::vector<Entry> fresh;
   while (true) {
-    bool shutting_down;
     {
-      // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress.
+      // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress (or, when
+      // quiet, to look for a peer's wake message). While a caller drives, it takes the work.
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, cycle, [&] { return !queue_.empty() || shutdown_requested_ || timeline_request_; });
-      fresh.swap(queue_);
-      shutting_down = shutdown_requested_;
+      work_cv_.wait_for(lock, cycle_, [&] {
+        return teardown_due_ || (!driving_ && (!queue_.empty() || shutdown_requested_ || timeline_request_));
+      });
+      if (driving_ && !teardown_due_) continue;
+      driving_ = true;
     }
-    ApplyTimelineRequest();
-    timeline_.MarkCycle(Clock::now());
-    Distribute(fresh);
-    fresh.clear();
+    std::unique_lock<std::mutex> drive(driver_);
+    bool stop = teardown_due_locked() || !Iterate(/*periodic=*/true);
+    EndDriving(stop);
+    if (stop) break;
+  }
+  TearDown();
+}
 
-    RoundResult global = NegotiateRound(*sets_.at(0), settings_.negotiation, shutting_down);
-    Execute(*sets_.at(0), global.ready);
-    if (global.shutdown) break;
+bool Core::teardown_due_locked() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return teardown_due_;
+}
+
+void Core::EndDriving(bool teardown) {
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    driving_ = false;
+    teardown_due_ = teardown_due_ || teardown;
+    more = teardown_due_ || !queue_.empty() || shutdown_requested_ || timeline_request_;
+  }
+  if (more) work_cv_.notify_one();
+}
+
+bool Core::TryProgress() {
+  std::unique_lock<std::mutex> drive(driver_, std::try_to_lock);
+  if (!drive.owns_lock()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_ || teardown_due_) return false;
+    driving_ = true;
+  }
+  bool go_on = Iterate(/*periodic=*/false);
+  EndDriving(!go_on);
+  return true;
+}
+
+bool Core::NeedsWake(int64_t single_handle, Clock::time_point now) {
+  CallerPattern &p = caller_pattern;
+  // Several requests at once, or one submitted before the last was waited on: asynchronous use.
+  bool synchronous = caller_progress_ && single_handle != 0 && p.unwaited == 0 && p.quick_waits >= kQuickWaitsForNoWake;
+  if (single_handle == 0 || p.unwaited != 0) p.quick_waits = 0;
+  p.unwaited = single_handle;
+  p.submitted = now;
+  // Not woken, the background thread still finds the request within a cycle should the caller not wait.
+  return !synchronous;
+}
+
+int Core::Wait(int64_t handle) {
+  CallerPattern &p = caller_pattern;
+  if (handle == p.unwaited) {
+    p.quick_waits = Clock::now() - p.submitted < kQuickWait ? p.quick_waits + 1 : 0;
+    p.unwaited = 0;
+  }
+  // The waiting thread runs the round itself when no one else is: no hand-over to the background thread
+  // and back, which costs two thread switches per operation. It drives at most one round per cycle and
+  // otherwise sleeps on the handle, as the background thread keeps the periodic rounds going.
+  bool drove = false;
+  while (true) {
+    int state = handles_.Poll(handle);
+    if (state < 0) return -1;
+    if (state == 1 || !caller_progress_) return handles_.Wait(handle);
+    if (!drove && TryProgress()) {
+      drove = true;
+      continue;
+    }
+    state = handles_.WaitFor(handle, cycle_);
+    if (state != HandleTable::kTimedOut) return state;
+    drove = false;
+  }
+}
+
+bool Core::Iterate(bool periodic) {
+  bool shutting_down;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fresh_.swap(queue_);
+    shutting_down = shutdown_requested_;
+  }
+  ApplyTimelineRequest();
+  const bool local_work = !fresh_.empty() || shutting_down;
+  RoundInput input;
+  input.shutting_down = shutting_down;
+  bool first_round_awake = false;
+  const auto now = Clock::now();
+  if (quiet_) {
+    if (local_work) {
+      WakePeers();
+      input.sent_wake = true;
+    } else if (!WokenByPeer()) {
+      return true;  // nobody anywhere has work: no round, no MPI traffic
+    }
+    quiet_ = false;
+    first_round_awake = true;
+  } else if (!local_work && periodic && now - last_round_ < cycle_ * 9 / 10) {
+    return true;  // a caller ran a round moments ago
+  }
+  last_round_ = now;
+  timeline_.MarkCycle(now);
+  Distribute(fresh_);
+  fresh_.clear();
+  input.idle = NothingPending();
+
+  RoundResult global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
+  if (first_round_awake) ReceiveWakes(global.wakes_sent_to_me);
+  Execute(*sets_.at(0), global.ready);
+  if (global.shutdown) return false;
+  if (global.everyone_idle) {
+    // Every rank saw the same result: all stop cycling together until one of them has work.
+    GoQuiet();
+  } else {
     std::vector<int32_t> ids;
     for (auto &[id, set] : sets_) {
       if (id != 0 && set->member()) ids.push_back(id);
     }
     for (int32_t id : ids) {
       ProcessSet &set = *sets_.at(id);
-      Execute(set, NegotiateRound(set, settings_.negotiation, false).ready);
+      Execute(set, NegotiateRound(set, settings_.negotiation, RoundInput{}).ready);
     }
-    timeline_.Flush();
   }
-  TearDown();
+  timeline_.Flush();
+  return true;
+}
+
+bool Core::NothingPending() const {
+  for (const auto &[id, set] : sets_) {
+    if (!set->pending.empty()) return false;
+  }
+  return true;
+}
+
+void Core::GoQuiet() {
+  quiet_ = true;
+  MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kWakeTag, wake_comm_, &wake_request_);
+}
+
+void Core::WakePeers() {
+  wake_sends_.clear();
+  for (int r = 0; r < topology_.size; ++r) {
+    if (r == topology_.rank) continue;
+    wake_sends_.emplace_back();
+    MPI_Isend(nullptr, 0, MPI_BYTE, r, kWakeTag, wake_comm_, &wake_sends_.back());
+  }
+}
+
+bool Core::WokenByPeer() {
+  int done = 0;
+  MPI_Test(&wake_request_, &done, MPI_STATUS_IGNORE);
+  return done != 0;
+}
+
+void Core::ReceiveWakes(int32_t count) {
+  // The round told exactly how many wake messages were sent to this rank: take them all, so none is
+  // left to be mistaken for a later wake.
+  // The receive posted when going quiet takes one of them (or none was sent to this rank: cancel it).
+  if (wake_request_ != MPI_REQUEST_NULL && count == 0) MPI_Cancel(&wake_request_);
+  MPI_Wait(&wake_request_, MPI_STATUS_IGNORE);  // returns at once if WokenByPeer already completed it
+  for (--count; count > 0; --count) MPI_Recv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kWakeTag, wake_comm_, MPI_STATUS_IGNORE);
+  MPI_Waitall(static_cast<int>(wake_sends_.size()), wake_sends_.data(), MPI_STATUSES_IGNORE);
+  wake_sends_.clear();
 }
 
 void Core::TearDown() {
@@ -295,6 +456,12 @@ void Core::TearDown() {
     in_flight_.clear();
   }
   for (Entry &e : queued) handles_.Fail(e.handle, kShutDownMessage);
+  if (wake_request_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&wake_request_);
+    MPI_Wait(&wake_request_, MPI_STATUS_IGNORE);
+  }
+  quiet_ = false;
+  MPI_Comm_free(&wake_comm_);
   for (auto &[id, set] : sets_) {
     for (auto &[name, e] : set->pending) handles_.Fail(e.handle, kShutDownMessage);
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);

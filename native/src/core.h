@@ -54,10 +54,21 @@ class Core {
   int ProcessSetRank(int32_t id);
   bool RequestTimeline(const std::string &path, bool mark_cycles);
 
+  // Blocks until the handle is done, running negotiation rounds itself while no other thread does.
+  int Wait(int64_t handle);
   HandleTable &handles() { return handles_; }
 
  private:
   void ThreadMain(Settings settings, MPI_Comm parent);
+  // One pass of the loop: take the queue, run a round of every process set and execute what is ready.
+  // Needs driver_. periodic: called by the background thread's cycle (skipped if a round just ran).
+  // Returns false once a round agreed to shut down.
+  bool Iterate(bool periodic);
+  bool TryProgress();  // Iterate if no other thread drives; false if it could not
+  void EndDriving(bool teardown);
+  bool teardown_due_locked();
+  // Whether a request just enqueued by this thread should wake the background thread (see CallerPattern).
+  bool NeedsWake(int64_t single_handle, Clock::time_point now);
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
   void Distribute(std::vector<Entry> &fresh);
@@ -66,6 +77,13 @@ class Core {
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
   void ApplyTimelineRequest();
+  // Quiet: when a round shows that no rank has anything to do, every rank stops running rounds until one
+  // of them gets work and sends the others a wake message (looked for once per cycle).
+  bool NothingPending() const;
+  void GoQuiet();
+  void WakePeers();
+  bool WokenByPeer();
+  void ReceiveWakes(int32_t count);
 
   // Guarded by mutex_: the queue and everything caller threads read.
   std::mutex mutex_;
@@ -78,6 +96,8 @@ class Core {
   bool running_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
+  bool driving_ = false;       // some thread holds driver_ for a round: the background thread need not wake
+  bool teardown_due_ = false;  // a round agreed to shut down: the background thread tears down
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;
@@ -87,9 +107,20 @@ class Core {
   int32_t next_group_id_ = 1;
   std::thread thread_;
 
-  // Owned by the background thread.
+  // Owned by whichever thread holds driver_: the background thread, or a caller waiting on a handle
+  // (MPI_THREAD_MULTIPLE only). Every MPI call of the core happens under it.
+  std::mutex driver_;
+  bool caller_progress_ = false;
+  Clock::duration cycle_{};
+  Clock::time_point last_round_;
+  std::vector<Entry> fresh_;
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
+  MPI_Comm wake_comm_ = MPI_COMM_NULL;
+  static constexpr int kWakeTag = 1;
+  bool quiet_ = false;
+  MPI_Request wake_request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> wake_sends_;
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   int32_t next_set_id_ = 1;
   std::unique_ptr<CollectiveExecutor> executor_;

@@ -39,6 +39,17 @@ class HandleTable {
 
   int Poll(int64_t handle);
   int Wait(int64_t handle);
+  // Like Wait, or kTimedOut once timeout has passed.
+  static constexpr int kTimedOut = 2;
+  template <typename Duration>
+  int WaitFor(int64_t handle, Duration timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto it = states_.find(handle);
+    if (it == states_.end()) return -1;
+    HandleState &state = it->second;
+    if (!done_.wait_for(lock, timeout, [&] { return state.done; })) return kTimedOut;
+    return state.error.empty() ? 0 : 1;
+  }
   // Runs f on the state of a finished handle under the lock; returns false for an unknown handle.
   template <typename F>
   bool Read(int64_t handle, F f) {

@@ -12,6 +12,7 @@ namespace {
 constexpr uint64_t kNoSlowPathWork = 1;  // cleared by a rank with requests the cache cannot answer
 constexpr uint64_t kNotShuttingDown = 2;
 constexpr uint64_t kJoined = 4;          // set by joined ranks: stays set only if all have joined
+constexpr uint64_t kIdle = 8;            // set by ranks with nothing to do: stays set only if all are idle
 
 bool TestBit(const uint64_t *words, int32_t bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 void SetBit(uint64_t *words, int32_t bit) { words[bit / 64] |= uint64_t{1} << (bit % 64); }
@@ -83,15 +84,23 @@ std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
 
 }  // namespace
 
-RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, bool shutting_down) {
+RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input) {
   const Clock::time_point now = Clock::now();
   const int32_t capacity = set.cache.capacity();
   const int32_t words = (capacity + 63) / 64;
+  const int32_t rank_words = (set.size + 63) / 64;
+  // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank].
   std::vector<uint64_t> &bits = set.round_bits;
-  bits.assign(1 + 2 * words, 0);
+  bits.assign(1 + 2 * words + 2 + rank_words, 0);
   uint64_t *ready = bits.data() + 1;
-  uint64_t *valid = bits.data() + 1 + words;
+  uint64_t *valid = ready + words;
+  uint64_t *coordinator = valid + words;
+  uint64_t *not_woken_by = coordinator + 2;
   for (int32_t w = 0; w < words; ++w) valid[w] = ~uint64_t{0};
+  coordinator[0] = input.coordinator_words[0];
+  coordinator[1] = input.coordinator_words[1];
+  for (int32_t w = 0; w < rank_words; ++w) not_woken_by[w] = ~uint64_t{0};
+  if (input.sent_wake) ClearBit(not_woken_by, set.rank);
 
   // Requests a cached agreement answers set their bit; a changed request, or a cached one waiting too
   // long (so the coordinator can see who is missing), clears its valid bit and goes the slow way.
@@ -121,26 +130,39 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   }
   InspectStalls(set, settings, now);
   if (!set.due_failures.empty()) slow_path_work = true;
-  bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (shutting_down ? 0 : kNotShuttingDown) | (set.joined ? kJoined : 0);
+  bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input.shutting_down ? 0 : kNotShuttingDown) |
+            (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0);
 
   MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, set.comm);
 
   RoundResult result;
   result.shutdown = !(bits[0] & kNotShuttingDown);
-  const bool everyone_joined = bits[0] & kJoined;
-  for (int32_t bit = 0; bit < capacity; ++bit) {
-    if (TestBit(valid, bit) || !set.cache.Used(bit)) continue;
-    auto it = set.pending.find(set.cache.Get(bit).spec.name);
-    if (it != set.pending.end() && it->second.state == Entry::State::kCached) {
-      it->second.state = Entry::State::kUnannounced;
-    }
-    set.cache.Erase(bit);
-    ClearBit(ready, bit);
+  result.everyone_idle = (bits[0] & kIdle) && (bits[0] & kNoSlowPathWork);
+  result.coordinator_words[0] = coordinator[0];
+  result.coordinator_words[1] = coordinator[1];
+  for (int32_t r = 0; r < set.size; ++r) {
+    if (r != set.rank && !TestBit(not_woken_by, r)) ++result.wakes_sent_to_me;
   }
-  for (int32_t bit = 0; bit < capacity && !everyone_joined; ++bit) {
-    if (!TestBit(ready, bit)) continue;
-    set.cache.Touch(bit);
-    result.ready.push_back(set.cache.Get(bit));
+  const bool everyone_joined = bits[0] & kJoined;
+  // Only words with a cleared valid bit or a set ready bit need a look: steady state touches few.
+  for (int32_t w = 0; w < words; ++w) {
+    for (uint64_t invalid = ~valid[w]; invalid; invalid &= invalid - 1) {
+      int32_t bit = w * 64 + __builtin_ctzll(invalid);
+      if (bit >= capacity || !set.cache.Used(bit)) continue;
+      auto it = set.pending.find(set.cache.Get(bit).spec.name);
+      if (it != set.pending.end() && it->second.state == Entry::State::kCached) {
+        it->second.state = Entry::State::kUnannounced;
+      }
+      set.cache.Erase(bit);
+      ClearBit(ready, bit);
+    }
+  }
+  for (int32_t w = 0; w < words && !everyone_joined; ++w) {
+    for (uint64_t word = ready[w]; word; word &= word - 1) {
+      int32_t bit = w * 64 + __builtin_ctzll(word);
+      set.cache.Touch(bit);
+      result.ready.push_back(set.cache.Get(bit));
+    }
   }
   if (!(bits[0] & kNoSlowPathWork)) {
     std::vector<Response> slow = SlowPath(set, now);

@@ -19,11 +19,24 @@ struct NegotiationSettings {
   double stall_shutdown_seconds = 0;
 };
 
+// What this rank brings to a round besides its pending requests.
+struct RoundInput {
+  bool shutting_down = false;
+  bool idle = false;       // nothing pending or queued on this rank, in any process set
+  bool sent_wake = false;  // this rank woke the others from quiet (one wake message to each)
+  // Values the coordinator (rank 0) decides for everyone, e.g. autotuned settings: other ranks send all
+  // ones, so the AND of the round leaves rank 0's words on every rank, in the same round.
+  uint64_t coordinator_words[2] = {~uint64_t{0}, ~uint64_t{0}};
+};
+
 struct RoundResult {
   std::vector<Response> ready;  // cached responses first (bit order), then the slow path's
   bool shutdown = false;        // some rank asked to shut down (global set only)
+  bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
+  int32_t wakes_sent_to_me = 0; // wake messages that other ranks sent this rank before the round
+  uint64_t coordinator_words[2] = {0, 0};
 };
 
-RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, bool shutting_down);
+RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
 
 }  // namespace hvdlite
