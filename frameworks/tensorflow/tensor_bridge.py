@@ -2,9 +2,10 @@
 
 Eager: the body is called at once on the tensors' host buffers (``EagerTensor._numpy()``: a view, where the
 public ``numpy()`` makes a copy), and its outputs become tensors through DLPack, which adopts the NumPy buffer
-instead of copying it. Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being stateful, these ops keep
-program order under tf.function's automatic control dependencies, so every rank runs its collectives in the
-order the program wrote them, which is what keeps a blocking collective from deadlocking across ranks.
+instead of copying it. Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being
+stateful, these ops keep program order under tf.function's automatic control dependencies, so every rank runs
+its collectives in the order the program wrote them, which is what keeps a blocking collective from
+deadlocking across ranks.
 Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
 """
 import numpy as np

@@ -37,9 +37,11 @@ def check_names():
         checks.true(f"hvdlite.tensorflow.{name} exists", hasattr(hvd, name))
     for name in KERAS_NAMES:
         checks.true(f"hvdlite.tensorflow.keras.{name} exists", hasattr(hvdk, name))
-        checks.true(f"hvdlite.keras.{name} is the same object", getattr(hvdlite.keras, name, None) is getattr(hvdk, name, 0))
+        checks.true(f"hvdlite.keras.{name} is the same object",
+                    getattr(hvdlite.keras, name, None) is getattr(hvdk, name, 0))
     for name in CALLBACKS:
-        checks.true(f"callbacks.{name}", getattr(hvdk.callbacks, name, None) is getattr(hvdlite.keras.callbacks, name, 0))
+        checks.true(f"callbacks.{name}",
+                    getattr(hvdk.callbacks, name, None) is getattr(hvdlite.keras.callbacks, name, 0))
     checks.true("HorovodInternalError is hvdlite's error", hvd.HorovodInternalError is hvd.HvdliteError)
     checks.true("op numbering is Horovod's", (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) ==
                 (0, 1, 2, 3, 4, 5))

@@ -91,7 +91,8 @@ def train_with_tape(mode, lr=0.5, **tape_kwargs):
         return loss
     step = step if mode == "eager" else tf.function(step)
     for t in range(STEPS):
-        step(tf.constant(xs[t * LOCAL_BATCH:(t + 1) * LOCAL_BATCH]), tf.constant(ys[t * LOCAL_BATCH:(t + 1) * LOCAL_BATCH]))
+        rows = slice(t * LOCAL_BATCH, (t + 1) * LOCAL_BATCH)
+        step(tf.constant(xs[rows]), tf.constant(ys[rows]))
     return (w.numpy(), b.numpy()), (x, y)
 
 
