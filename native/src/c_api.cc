@@ -67,6 +67,8 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.log_level = c->log_level;
   s.timeline_path = OrEmpty(c->timeline_path);
   s.timeline_mark_cycles = c->timeline_mark_cycles != 0;
+  s.autotune = c->autotune != 0;
+  s.autotune_log = OrEmpty(c->autotune_log);
   std::string message;
   if (!Core::Get().Init(s, static_cast<const MPI_Comm *>(comm_address), &message)) {
     CopyError(message, error, error_len);

@@ -138,8 +138,11 @@ int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *err
     in_flight_.insert(InFlightKey(set_id, e.request.name));
     queue_.push_back(std::move(e));
   }
+  // One wake per batch of work: until the queue is taken, a wake already sent covers what follows.
+  bool wake = NeedsWake(entries.size() == 1 ? handles[0] : 0, now) && !wake_sent_;
+  wake_sent_ = wake_sent_ || wake;
   lock.unlock();
-  if (NeedsWake(entries.size() == 1 ? handles[0] : 0, now)) work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return 0;
 }
 
@@ -213,7 +216,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     return false;
   }
   settings_ = settings;
-  cycle_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(settings.cycle_time_ms));
+  set_cycle(settings.cycle_time_ms);
   last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
@@ -242,6 +245,11 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   sets_[0] = std::make_unique<ProcessSet>(0, all, world_, settings.cache_capacity);
   next_set_id_ = 1;
   executor_ = std::make_unique<CollectiveExecutor>(settings.algorithms, timeline_);
+  autotuner_.reset();
+  if (settings.autotune && t.rank == 0) {
+    autotuner_ = std::make_unique<Autotuner>(settings.fusion_threshold_bytes, settings.cycle_time_ms,
+                                             settings.autotune_log);
+  }
   if (t.rank == 0 && !settings.timeline_path.empty() &&
       !timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles)) {
     Log(LogLevel::kError, "cannot open timeline file " + settings.timeline_path);
@@ -279,7 +287,7 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress (or, when
       // quiet, to look for a peer's wake message). While a caller drives, it takes the work.
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, cycle_, [&] {
+      work_cv_.wait_for(lock, cycle(), [&] {
         return teardown_due_ || (!driving_ && (!queue_.empty() || shutdown_requested_ || timeline_request_));
       });
       if (driving_ && !teardown_due_) continue;
@@ -351,7 +359,7 @@ int Core::Wait(int64_t handle) {
       drove = true;
       continue;
     }
-    state = handles_.WaitFor(handle, cycle_);
+    state = handles_.WaitFor(handle, cycle());
     if (state != HandleTable::kTimedOut) return state;
     drove = false;
   }
@@ -362,6 +370,7 @@ bool Core::Iterate(bool periodic) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_.swap(queue_);
+    wake_sent_ = false;
     shutting_down = shutdown_requested_;
   }
   ApplyTimelineRequest();
@@ -379,7 +388,7 @@ bool Core::Iterate(bool periodic) {
     }
     quiet_ = false;
     first_round_awake = true;
-  } else if (!local_work && periodic && now - last_round_ < cycle_ * 9 / 10) {
+  } else if (!local_work && periodic && now - last_round_ < cycle() * 9 / 10) {
     return true;  // a caller ran a round moments ago
   }
   last_round_ = now;
@@ -387,9 +396,15 @@ bool Core::Iterate(bool periodic) {
   Distribute(fresh_);
   fresh_.clear();
   input.idle = NothingPending();
+  if (autotuner_) {
+    input.coordinator_words[0] = static_cast<uint64_t>(autotuner_->fusion_threshold_bytes());
+    input.coordinator_words[1] = static_cast<uint64_t>(autotuner_->cycle_time_ms() * 1000.0);
+  }
 
   RoundResult global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
   if (first_round_awake) ReceiveWakes(global.wakes_sent_to_me);
+  ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
+  round_allreduce_bytes_ = 0;
   Execute(*sets_.at(0), global.ready);
   if (global.shutdown) return false;
   if (global.everyone_idle) {
@@ -405,8 +420,24 @@ bool Core::Iterate(bool periodic) {
       Execute(set, NegotiateRound(set, settings_.negotiation, RoundInput{}).ready);
     }
   }
+  if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
   timeline_.Flush();
   return true;
+}
+
+void Core::set_cycle(double ms) {
+  auto ticks = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms)).count();
+  cycle_ticks_.store(ticks, std::memory_order_relaxed);
+}
+
+void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
+  // All ones: the coordinator proposes nothing (autotune off there). Otherwise every rank takes the
+  // values in this same round.
+  constexpr uint64_t kNone = ~uint64_t{0};
+  if (words[0] != kNone && static_cast<int64_t>(words[0]) != settings_.fusion_threshold_bytes) {
+    settings_.fusion_threshold_bytes = static_cast<int64_t>(words[0]);
+  }
+  if (words[1] != kNone) set_cycle(static_cast<double>(words[1]) / 1000.0);
 }
 
 bool Core::NothingPending() const {
@@ -468,6 +499,7 @@ void Core::TearDown() {
   }
   sets_.clear();
   executor_.reset();
+  autotuner_.reset();  // closes the autotune log
   MPI_Comm_free(&local_);
   MPI_Comm_free(&cross_);
   MPI_Comm_free(&world_);
@@ -552,6 +584,7 @@ void Core::Execute(ProcessSet &set, const std::vector<Response> &ready) {
         timeline_.Record(e->request.name, "NEGOTIATE", e->negotiation_start, now);
       }
     }
+    if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
     std::string error = executor_->Execute(set, batch, locals);
     for (Entry *e : locals) {
       if (e) Finish(set, *e, error);

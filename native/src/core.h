@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "autotuner.h"
 #include "collective_executor.h"
 #include "handle_table.h"
 #include "negotiation.h"
@@ -30,6 +32,8 @@ struct Settings {
   int32_t log_level = 3;
   std::string timeline_path;
   bool timeline_mark_cycles = false;
+  bool autotune = false;
+  std::string autotune_log;
 };
 
 struct Topology {
@@ -96,6 +100,7 @@ class Core {
   bool running_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
+  bool wake_sent_ = false;     // the background thread was woken for what is queued and has not taken it
   bool driving_ = false;       // some thread holds driver_ for a round: the background thread need not wake
   bool teardown_due_ = false;  // a round agreed to shut down: the background thread tears down
   bool timeline_request_ = false;
@@ -111,7 +116,12 @@ class Core {
   // (MPI_THREAD_MULTIPLE only). Every MPI call of the core happens under it.
   std::mutex driver_;
   bool caller_progress_ = false;
-  Clock::duration cycle_{};
+  std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
+  Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
+  void set_cycle(double ms);
+  void ApplyCoordinatorWords(const uint64_t words[2]);
+  std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
+  int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
   Clock::time_point last_round_;
   std::vector<Entry> fresh_;
   Settings settings_;
