@@ -6,6 +6,7 @@ autograd is still computing the first layers'. ``step()`` waits for the outstand
 those whose parameters got no gradient on this rank, as zeros, so that no rank waits forever) and then runs the
 wrapped optimizer's own step.
 """
+import threading
 import warnings
 import weakref
 from contextlib import contextmanager
@@ -61,6 +62,7 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
+        self._lock = threading.Lock()  # hooks may run on autograd's device threads
         if process_set.included():
             self._register_hooks(trainable)
 
@@ -142,16 +144,18 @@ class _DistributedOptimizer:
     # ------------------------------------------------------------------------------ during backward
 
     def _gradient_ready(self, p):
-        if self._delay[p] <= 0:
-            raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
-                                 "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
-        self._synchronized = False
-        self._delay[p] -= 1
-        if self._delay[p] == 0:
-            bucket = self._bucket_of[p]
-            bucket.ready.add(p)
-            if len(bucket.ready) == len(bucket.params):
-                self._submit(bucket)
+        with self._lock:
+            if self._delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                                     "locally.")
+            self._synchronized = False
+            self._delay[p] -= 1
+            if self._delay[p] == 0:
+                bucket = self._bucket_of[p]
+                bucket.ready.add(p)
+                if len(bucket.ready) == len(bucket.params):
+                    self._submit(bucket)
 
     def _submit(self, bucket):
         """Starts the all-reduce of the bucket's gradients (zeros where this rank has none)."""

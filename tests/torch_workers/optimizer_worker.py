@@ -327,6 +327,30 @@ def check_overlap(c):
     same_on_every_rank(c, "after the overlapped step", params_of(model))
 
 
+def check_timeline(c):
+    """A timeline started at run time records the gradients' all-reduces under their parameter names."""
+    import json
+    import os
+    import tempfile
+    path = os.path.join(tempfile.gettempdir(), f"hvdlite_torch_timeline_{os.getppid()}.json")
+    model = mlp(dtype=torch.float32)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    hvd.start_timeline(path)
+    x, y = global_batch(0, torch.float32)
+    nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
+    opt.step()
+    hvd.stop_timeline()
+    if hvd.rank() == 0:
+        with open(path) as f:
+            events = json.load(f)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        text = json.dumps(events)
+        for name, _ in model.named_parameters():
+            c.check(f"timeline has the all-reduce of {name}", f"DistributedOptimizer.{name}" in text)
+        os.remove(path)
+
+
 def check_broadcasts(c):
     rank, size = hvd.rank(), hvd.size()
     root = size - 1
@@ -445,7 +469,7 @@ def main():
     hvd.init()
     c = Checks()
     for section in (check_wrapping, check_equivalence, check_synchronize_and_clip, check_unused_and_zero_grad,
-                    check_sparse, check_overlap, check_broadcasts, check_sync_batch_norm):
+                    check_sparse, check_overlap, check_timeline, check_broadcasts, check_sync_batch_norm):
         c.run(section)
     c.finish()
 
