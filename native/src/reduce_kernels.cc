@@ -3,10 +3,76 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "half.h"
 
 namespace hvdlite {
 namespace {
+
+#if defined(__x86_64__)
+// Half types on x86 with AVX2 and F16C (checked at run time): 8 elements per step, converted to float32
+// in registers. Results are bitwise those of the portable loops: the conversions are exact (to float32)
+// or round to nearest even (back), and the float32 operations are the same. min/max take their arguments
+// in the order that gives std::min/std::max's answer when one is NaN.
+#define HVDLITE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+HVDLITE_AVX2 inline __m256 LoadHalf8(const uint16_t *p, bool bf16) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+  if (!bf16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+HVDLITE_AVX2 inline void StoreHalf8(uint16_t *p, __m256 v, bool bf16) {
+  __m128i h;
+  if (!bf16) {
+    h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+    const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+    rounded = _mm256_blendv_epi8(rounded, quiet, nan);
+    // Pack the eight 32-bit lanes (values < 65536) to 16 bits, in order.
+    __m256i packed = _mm256_packus_epi32(rounded, rounded);
+    h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(p), h);
+}
+
+template <bool kBFloat16>
+HVDLITE_AVX2 int64_t ReduceHalfAvx2(uint16_t *d, const uint16_t *s, int64_t count, ReduceOp op) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 a = LoadHalf8(d + i, kBFloat16), b = LoadHalf8(s + i, kBFloat16), r;
+    switch (op) {
+      case ReduceOp::kMin: r = _mm256_min_ps(b, a); break;
+      case ReduceOp::kMax: r = _mm256_max_ps(b, a); break;
+      case ReduceOp::kProduct: r = _mm256_mul_ps(a, b); break;
+      default: r = _mm256_add_ps(a, b); break;
+    }
+    StoreHalf8(d + i, r, kBFloat16);
+  }
+  return i;  // the caller finishes the tail
+}
+
+template <bool kBFloat16>
+HVDLITE_AVX2 int64_t ScaleHalfAvx2(uint16_t *d, const uint16_t *s, int64_t count, float factor) {
+  const __m256 f = _mm256_set1_ps(factor);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) StoreHalf8(d + i, _mm256_mul_ps(LoadHalf8(s + i, kBFloat16), f), kBFloat16);
+  return i;
+}
+
+bool HasAvx2F16c() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+#endif
 
 template <typename T, typename F>
 void Combine(T *__restrict dst, const T *__restrict src, int64_t count, F f) {
@@ -34,6 +100,14 @@ void ReduceHalf(void *dst, const void *src, int64_t count, ReduceOp op) {
   constexpr int64_t kBlock = 256;
   uint16_t *d = static_cast<uint16_t *>(dst);
   const uint16_t *s = static_cast<const uint16_t *>(src);
+#if defined(__x86_64__)
+  if (HasAvx2F16c()) {
+    int64_t done = ToFloat == BFloat16ToFloat ? ReduceHalfAvx2<true>(d, s, count, op) : ReduceHalfAvx2<false>(d, s, count, op);
+    d += done;
+    s += done;
+    count -= done;
+  }
+#endif
   float a[kBlock], b[kBlock];
   for (int64_t start = 0; start < count; start += kBlock) {
     int64_t n = std::min(kBlock, count - start);
@@ -57,7 +131,11 @@ void ScaleHalf(void *dst, const void *src, int64_t count, double factor) {
   uint16_t *d = static_cast<uint16_t *>(dst);
   const uint16_t *s = static_cast<const uint16_t *>(src);
   const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < count; ++i) d[i] = FromFloat(ToFloat(s[i]) * f);
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (HasAvx2F16c()) i = ToFloat == BFloat16ToFloat ? ScaleHalfAvx2<true>(d, s, count, f) : ScaleHalfAvx2<false>(d, s, count, f);
+#endif
+  for (; i < count; ++i) d[i] = FromFloat(ToFloat(s[i]) * f);
 }
 
 template <typename T>
