@@ -104,16 +104,17 @@ def run_worker(args):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compression)
     elif args.worker == "ddp":
-        import socket
+        import datetime
 
         import torch.distributed as dist
-        port = 0
-        if rank == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        port = comm.bcast(port, root=0)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+        # Rank 0 opens the rendezvous store on a port it keeps (no race for a free port), then tells the others.
+        timeout = datetime.timedelta(seconds=120)
+        store = (dist.TCPStore("127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+                 if rank == 0 else None)
+        port = comm.bcast(store.port if rank == 0 else None, root=0)
+        if rank != 0:
+            store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
         model = torch.nn.parallel.DistributedDataParallel(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
 
