@@ -360,6 +360,25 @@ def check_sparse_keras():
             checks.close(f"{label} weight {i} matches reference", a, b, rtol=1e-5, atol=1e-5)
 
 
+def check_mixed_precision():
+    """mixed_float16 with DistributedOptimizer(LossScaleOptimizer(...)): scaled gradients are averaged before the
+    finite check, so every rank applies (or skips) the same steps."""
+    x, y = dataset(7)
+    mine = local_rows(len(x))
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = make_model(500)
+        opt = hvdk.DistributedOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)))
+        model.compile(optimizer=opt, loss=loss_object())
+        model.fit(x[mine], y[mine], batch_size=LOCAL_BATCH, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0)])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    checks.true("mixed precision keeps the LossScaleOptimizer outermost", model.optimizer is opt)
+    gathered_equal("mixed precision: weights identical on all ranks", model.get_weights())
+    gathered_equal("mixed precision: loss scale identical on all ranks", [v.numpy() for v in opt.variables])
+
+
 def check_xla_refused():
     model = make_model(8)
     model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=loss_object(),
@@ -384,6 +403,7 @@ def main():
     checks.guard("callbacks", check_callbacks)
     checks.guard("load_model", check_load_model)
     checks.guard("sparse keras", check_sparse_keras)
+    checks.guard("mixed precision", check_mixed_precision)
     checks.guard("xla", check_xla_refused)
     checks.finish()
 
