@@ -298,6 +298,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v1.0",
                       DeprecationWarning, stacklevel=2)
         groups = num_groups
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("the optimizer is already a DistributedOptimizer; wrap the plain torch optimizer once")
     base = optimizer.__class__
     cls = _classes.get(base)
     if cls is None:

@@ -93,6 +93,7 @@ def check_wrapping(c):
              torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[p for _, p in named])
     c.raises("Adasum raises NotImplementedError", NotImplementedError, hvd.DistributedOptimizer,
              torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    c.raises("wrapping twice raises ValueError", ValueError, hvd.DistributedOptimizer, opt)
     c.raises("predivide with Sum raises ValueError", ValueError, hvd.DistributedOptimizer,
              torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
 
