@@ -337,11 +337,15 @@ def check_timeline(c):
     model = mlp(dtype=torch.float32)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
+    # start/stop are applied by the core's thread at its next round: a barrier after each makes sure the step's
+    # all-reduces are negotiated after the start and the file is closed before rank 0 reads it.
     hvd.start_timeline(path)
+    hvd.barrier()
     x, y = global_batch(0, torch.float32)
     nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
     opt.step()
     hvd.stop_timeline()
+    hvd.barrier()
     if hvd.rank() == 0:
         with open(path) as f:
             events = json.load(f)
