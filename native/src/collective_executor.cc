@@ -79,9 +79,14 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   // One tensor that this rank holds: reduce in its output directly, no fusion-buffer copies.
   if (batch.parts.size() == 1 && locals[0]) {
     Entry &e = *locals[0];
-    ScaleCopy(e.output, e.input, total, spec.dtype, spec.prescale);
     auto start = Clock::now();
-    algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
+    if (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype)) {
+      algorithm.RunFrom(ctx, e.input, e.output, total, spec.dtype, spec.op);
+    } else {
+      ScaleCopy(e.output, e.input, total, spec.dtype, spec.prescale);
+      start = Clock::now();
+      algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
+    }
     Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
     Finish(e.output, e.output, total, spec, ctx.size);
     return "";

@@ -45,10 +45,10 @@ HVDLITE_AVX2 inline void StoreHalf8(uint16_t *p, __m256 v, bool bf16) {
 }
 
 template <bool kBFloat16>
-HVDLITE_AVX2 int64_t ReduceHalfAvx2(uint16_t *d, const uint16_t *s, int64_t count, ReduceOp op) {
+HVDLITE_AVX2 int64_t ReduceHalfAvx2(uint16_t *d, const uint16_t *x, const uint16_t *y, int64_t count, ReduceOp op) {
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    __m256 a = LoadHalf8(d + i, kBFloat16), b = LoadHalf8(s + i, kBFloat16), r;
+    __m256 a = LoadHalf8(x + i, kBFloat16), b = LoadHalf8(y + i, kBFloat16), r;
     switch (op) {
       case ReduceOp::kMin: r = _mm256_min_ps(b, a); break;
       case ReduceOp::kMax: r = _mm256_max_ps(b, a); break;
@@ -74,47 +74,67 @@ bool HasAvx2F16c() {
 }
 #endif
 
+// dst = a (op) b. dst is either a itself or memory apart from both; each case gets a loop whose
+// pointers cannot alias, so it vectorises without run-time overlap checks.
 template <typename T, typename F>
-void Combine(T *__restrict dst, const T *__restrict src, int64_t count, F f) {
+void CombineInPlace(T *__restrict dst, const T *__restrict src, int64_t count, F f) {
   for (int64_t i = 0; i < count; ++i) dst[i] = f(dst[i], src[i]);
 }
 
+template <typename T, typename F>
+void CombineApart(T *__restrict dst, const T *__restrict a, const T *__restrict b, int64_t count, F f) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = f(a[i], b[i]);
+}
+
+// dst = a (op) b. dst is either a itself or memory apart from both; each case gets a loop whose
+// pointers cannot alias, so it vectorises without run-time overlap checks.
+template <typename T, typename F>
+void Combine(T *dst, const T *a, const T *b, int64_t count, F f) {
+  if (dst == a) CombineInPlace(dst, b, count, f);
+  else CombineApart(dst, a, b, count, f);
+}
+
 template <typename T>
-void ReduceTyped(void *dst, const void *src, int64_t count, ReduceOp op) {
+void ReduceTyped(void *dst, const void *a, const void *b, int64_t count, ReduceOp op) {
   T *d = static_cast<T *>(dst);
-  const T *s = static_cast<const T *>(src);
+  const T *x = static_cast<const T *>(a);
+  const T *y = static_cast<const T *>(b);
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: Combine(d, s, count, [](T a, T b) { return static_cast<T>(a + b); }); break;
-    case ReduceOp::kMin: Combine(d, s, count, [](T a, T b) { return std::min(a, b); }); break;
-    case ReduceOp::kMax: Combine(d, s, count, [](T a, T b) { return std::max(a, b); }); break;
-    case ReduceOp::kProduct: Combine(d, s, count, [](T a, T b) { return static_cast<T>(a * b); }); break;
+    case ReduceOp::kSum: Combine(d, x, y, count, [](T p, T q) { return static_cast<T>(p + q); }); break;
+    case ReduceOp::kMin: Combine(d, x, y, count, [](T p, T q) { return std::min(p, q); }); break;
+    case ReduceOp::kMax: Combine(d, x, y, count, [](T p, T q) { return std::max(p, q); }); break;
+    case ReduceOp::kProduct: Combine(d, x, y, count, [](T p, T q) { return static_cast<T>(p * q); }); break;
     case ReduceOp::kAdasum: break;  // rejected during negotiation
   }
 }
 
 // Half types: convert a block to float32, reduce, convert back. The block keeps the float copies in
-// registers/L1 and lets each of the three loops vectorise on its own.
+// registers/L1 and lets each of the three loops vectorise on its own. On x86 with AVX2 and F16C, whole
+// vectors go through registers first and only the tail takes the blocks.
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void ReduceHalf(void *dst, const void *src, int64_t count, ReduceOp op) {
+void ReduceHalf(void *dst, const void *a, const void *b, int64_t count, ReduceOp op) {
   constexpr int64_t kBlock = 256;
   uint16_t *d = static_cast<uint16_t *>(dst);
-  const uint16_t *s = static_cast<const uint16_t *>(src);
+  const uint16_t *x = static_cast<const uint16_t *>(a);
+  const uint16_t *y = static_cast<const uint16_t *>(b);
 #if defined(__x86_64__)
   if (HasAvx2F16c()) {
-    int64_t done = ToFloat == BFloat16ToFloat ? ReduceHalfAvx2<true>(d, s, count, op) : ReduceHalfAvx2<false>(d, s, count, op);
+    int64_t done = ToFloat == BFloat16ToFloat ? ReduceHalfAvx2<true>(d, x, y, count, op)
+                                              : ReduceHalfAvx2<false>(d, x, y, count, op);
     d += done;
-    s += done;
+    x += done;
+    y += done;
     count -= done;
   }
 #endif
-  float a[kBlock], b[kBlock];
+  float fa[kBlock], fb[kBlock];
   for (int64_t start = 0; start < count; start += kBlock) {
     int64_t n = std::min(kBlock, count - start);
-    for (int64_t i = 0; i < n; ++i) a[i] = ToFloat(d[start + i]);
-    for (int64_t i = 0; i < n; ++i) b[i] = ToFloat(s[start + i]);
-    ReduceTyped<float>(a, b, n, op);
-    for (int64_t i = 0; i < n; ++i) d[start + i] = FromFloat(a[i]);
+    for (int64_t i = 0; i < n; ++i) fa[i] = ToFloat(x[start + i]);
+    for (int64_t i = 0; i < n; ++i) fb[i] = ToFloat(y[start + i]);
+    ReduceTyped<float>(fa, fa, fb, n, op);
+    for (int64_t i = 0; i < n; ++i) d[start + i] = FromFloat(fa[i]);
   }
 }
 
@@ -146,19 +166,23 @@ void DivideTyped(void *buffer, int64_t count, int64_t divisor) {
 
 }  // namespace
 
-void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, ReduceOp op) {
+void ReduceTo(void *dst, const void *a, const void *b, int64_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::kUInt8: ReduceTyped<uint8_t>(dst, src, count, op); break;
-    case DataType::kInt8: ReduceTyped<int8_t>(dst, src, count, op); break;
-    case DataType::kInt16: ReduceTyped<int16_t>(dst, src, count, op); break;
-    case DataType::kInt32: ReduceTyped<int32_t>(dst, src, count, op); break;
-    case DataType::kInt64: ReduceTyped<int64_t>(dst, src, count, op); break;
-    case DataType::kFloat32: ReduceTyped<float>(dst, src, count, op); break;
-    case DataType::kFloat64: ReduceTyped<double>(dst, src, count, op); break;
-    case DataType::kFloat16: ReduceHalf<Float16ToFloat, FloatToFloat16>(dst, src, count, op); break;
-    case DataType::kBFloat16: ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, op); break;
-    case DataType::kBool: ReduceTyped<bool>(dst, src, count, op); break;
+    case DataType::kUInt8: ReduceTyped<uint8_t>(dst, a, b, count, op); break;
+    case DataType::kInt8: ReduceTyped<int8_t>(dst, a, b, count, op); break;
+    case DataType::kInt16: ReduceTyped<int16_t>(dst, a, b, count, op); break;
+    case DataType::kInt32: ReduceTyped<int32_t>(dst, a, b, count, op); break;
+    case DataType::kInt64: ReduceTyped<int64_t>(dst, a, b, count, op); break;
+    case DataType::kFloat32: ReduceTyped<float>(dst, a, b, count, op); break;
+    case DataType::kFloat64: ReduceTyped<double>(dst, a, b, count, op); break;
+    case DataType::kFloat16: ReduceHalf<Float16ToFloat, FloatToFloat16>(dst, a, b, count, op); break;
+    case DataType::kBFloat16: ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(dst, a, b, count, op); break;
+    case DataType::kBool: ReduceTyped<bool>(dst, a, b, count, op); break;
   }
+}
+
+void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, ReduceOp op) {
+  ReduceTo(dst, dst, src, count, dtype, op);
 }
 
 void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor) {

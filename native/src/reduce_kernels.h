@@ -9,6 +9,8 @@ namespace hvdlite {
 
 // dst[i] = dst[i] (op) src[i]; kAverage reduces as kSum (the division happens once, at the end).
 void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, ReduceOp op);
+// dst[i] = a[i] (op) b[i]; dst may be a, otherwise it overlaps neither input.
+void ReduceTo(void *dst, const void *a, const void *b, int64_t count, DataType dtype, ReduceOp op);
 
 // dst[i] = src[i] * factor for floating types; dst may equal src. Integers are copied unscaled
 // (negotiation rejects non-unit scale factors for them).

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "../types.h"
 
@@ -21,6 +22,13 @@ class AllreduceAlgorithm {
   // In place: buffer holds this rank's input and ends with the reduction, bitwise equal on all ranks.
   // kAverage reduces as a sum; the caller divides.
   virtual void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // input -> output (they may be the same buffer). By default: copy, then in place; algorithms that can
+  // read the input where they first need it skip that copy.
+  virtual void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
+                       ReduceOp op) {
+    if (input != output) std::memcpy(output, input, static_cast<size_t>(count) * DataTypeSize(dtype));
+    Run(ctx, output, count, dtype, op);
+  }
 };
 
 }  // namespace hvdlite

@@ -8,6 +8,8 @@ class MpiAllreduce : public AllreduceAlgorithm {
  public:
   const char *name() const override { return "mpi"; }
   void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
+               ReduceOp op) override;
 };
 
 }  // namespace hvdlite

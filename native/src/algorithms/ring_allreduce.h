@@ -15,14 +15,18 @@ class RingAllreduce : public AllreduceAlgorithm {
   explicit RingAllreduce(int64_t segment_bytes) : segment_bytes_(segment_bytes > 0 ? segment_bytes : 1 << 20) {}
   const char *name() const override { return "ring"; }
   void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  // The first step sends straight from input, and every chunk this rank reduces is written as
+  // input + received into output: no copy of the input beforehand.
+  void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
+               ReduceOp op) override;
   void set_segment_bytes(int64_t bytes) { segment_bytes_ = bytes > 0 ? bytes : segment_bytes_; }
 
  private:
-  // Sends [send, send+send_bytes) to the right and receives recv_bytes from the left. With reduce_into
-  // set, received segments land in scratch and are reduced into reduce_into as they arrive; otherwise
-  // they land directly in recv.
+  // Sends [send, send+send_bytes) to the right and receives recv_bytes from the left. With reduce_with
+  // set, received segments land in scratch and recv = reduce_with (op) received is written as they
+  // arrive; otherwise they land directly in recv.
   void Exchange(const CommContext &ctx, const uint8_t *send, int64_t send_bytes, uint8_t *recv,
-                int64_t recv_bytes, bool reduce, DataType dtype, ReduceOp op);
+                int64_t recv_bytes, const uint8_t *reduce_with, DataType dtype, ReduceOp op);
 
   int64_t segment_bytes_;
   std::vector<uint8_t> scratch_;            // grows to the largest chunk seen, then reused
