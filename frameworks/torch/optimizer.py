@@ -169,7 +169,7 @@ class _DistributedOptimizer:
             elif p.grad.is_sparse and self._sparse_as_dense:
                 p.grad = p.grad.to_dense()
         if any(p.grad.is_sparse for p in bucket.params):
-            bucket.handle = self._submit_sparse(bucket, prescale, postscale)
+            bucket.handle = self._submit_sparse(bucket, prescale)
             bucket.contexts = None
             return
         compressed, contexts = zip(*[self._compression.compress(p.grad) for p in bucket.params])
@@ -183,7 +183,7 @@ class _DistributedOptimizer:
                                                           process_set=self.process_set)
         bucket.contexts = (compressed, contexts)
 
-    def _submit_sparse(self, bucket, prescale, postscale):
+    def _submit_sparse(self, bucket, prescale):
         """Sparse gradients: gather every rank's (indices, values), as Horovod's sparse allreduce does."""
         if len(bucket.params) != 1:
             raise ValueError("sparse gradients cannot be grouped; use sparse_as_dense=True")
