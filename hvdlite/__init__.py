@@ -2,15 +2,37 @@
 
 The framework-free core: lifecycle, process sets and numpy-level collectives. Framework adapters
 live in hvdlite.torch, hvdlite.tensorflow and hvdlite.keras.
+
+Names load on first use: ``import hvdlite.run`` or ``hvdlite.config`` (the launcher) must neither open
+the native library nor start MPI in the launcher's own process.
 """
-from .basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init, is_homogeneous,
-                     is_initialized, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
-                     nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
-from .errors import HorovodInternalError, HvdliteError
-from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allgather_object, allreduce,
-                  allreduce_async, alltoall, alltoall_async, barrier, broadcast, broadcast_async, broadcast_object,
-                  grouped_allreduce, grouped_allreduce_async, join, poll, reducescatter, reducescatter_async,
-                  synchronize)
-from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "basics": ["cross_rank", "cross_size", "cuda_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous",
+               "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+               "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline"],
+    "errors": ["HorovodInternalError", "HvdliteError"],
+    "ops": ["Adasum", "Average", "Max", "Min", "Product", "Sum", "allgather", "allgather_async", "allgather_object",
+            "allreduce", "allreduce_async", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_async",
+            "broadcast_object", "grouped_allreduce", "grouped_allreduce_async", "join", "poll", "reducescatter",
+            "reducescatter_async", "synchronize"],
+    "process_sets": ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"],
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hvdlite' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

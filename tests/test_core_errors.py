@@ -69,3 +69,32 @@ def test_functions_before_init_raise_value_error(tmp_path):
         print("WORKER OK")
     """)
     assert_ran_ok(run_mpi(1, script), 1)
+
+
+def test_queries_keep_working_after_a_peer_shuts_down(tmp_path):
+    script = _script(tmp_path, """
+        import time
+        import numpy as np
+        import hvdlite as hvd
+        hvd.init()
+        hvd.allreduce(np.ones(2), name="x")
+        if hvd.rank() == 1:
+            hvd.shutdown()
+        else:
+            time.sleep(1.0)  # rank 1's shutdown has stopped the background threads by now
+            assert hvd.is_initialized() and hvd.rank() == 0 and hvd.size() == 2
+            try:
+                hvd.allreduce(np.ones(2), name="after")
+            except hvd.HvdliteError as e:
+                assert "shut down" in str(e), e
+            else:
+                raise AssertionError("a collective after a peer's shutdown must fail")
+        print("WORKER OK")
+    """)
+    assert_ran_ok(run_mpi(2, script), 2)
+
+
+def test_importing_the_launcher_loads_neither_mpi_nor_the_core():
+    code = ("import sys, hvdlite, hvdlite.run, hvdlite.config; "
+            "loaded = {'mpi4py.MPI', 'hvdlite._native'} & set(sys.modules); assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -78,7 +78,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
 }
 
 void hvdlite_shutdown(void) { Core::Get().Shutdown(); }
-int hvdlite_is_initialized(void) { return Core::Get().running() ? 1 : 0; }
+int hvdlite_is_initialized(void) { return Core::Get().initialized() ? 1 : 0; }
 int hvdlite_rank(void) { return Core::Get().topology().rank; }
 int hvdlite_size(void) { return Core::Get().topology().size; }
 int hvdlite_local_rank(void) { return Core::Get().topology().local_rank; }

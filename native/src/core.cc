@@ -58,6 +58,7 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
     thread_.join();
     return false;
   }
+  initialized_ = true;
   return true;
 }
 
@@ -65,6 +66,7 @@ void Core::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_requested_ = true;
+    initialized_ = false;
   }
   work_cv_.notify_all();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
@@ -73,6 +75,11 @@ void Core::Shutdown() {
 bool Core::running() {
   std::lock_guard<std::mutex> lock(mutex_);
   return running_;
+}
+
+bool Core::initialized() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return initialized_;
 }
 
 Topology Core::topology() {

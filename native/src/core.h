@@ -49,6 +49,9 @@ class Core {
   bool Init(const Settings &settings, const MPI_Comm *parent, std::string *error);
   void Shutdown();
   bool running();
+  // Init succeeded and this rank has not called Shutdown. Stays true when a peer's shutdown stopped the
+  // background thread: queries keep answering, collectives fail with a clear error.
+  bool initialized();
   Topology topology();
 
   // Enqueues requests atomically (several: a group executed together). 0, or a negative code.
@@ -98,6 +101,7 @@ class Core {
   std::map<int32_t, std::vector<int32_t>> published_sets_;
   std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
+  bool initialized_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
   bool wake_sent_ = false;     // the background thread was woken for what is queued and has not taken it
