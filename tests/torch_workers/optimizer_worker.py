@@ -290,6 +290,34 @@ def check_sparse(c):
         close_params(c, f"sparse gradients, sparse_as_dense={sparse_as_dense}", got, params_of(ref))
 
 
+def check_join(c):
+    """Uneven data: rank r trains 2 + r steps, then joins; joined ranks count as zero gradients (the average
+    still divides by the job's size); the last rank to join then broadcasts its parameters."""
+    rank, size = hvd.rank(), hvd.size()
+    model, ref = mlp(), mlp()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for step in range(2 + rank):
+        x, y = global_batch(step)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
+        opt.step()
+    last = hvd.join()
+    c.check("join returns the last rank to join", last == size - 1, repr(last))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(2 + size - 1):
+        x, y = global_batch(step)
+        ref_opt.zero_grad()
+        total = sum(nn.functional.mse_loss(ref(x[r * BATCH:(r + 1) * BATCH]), y[r * BATCH:(r + 1) * BATCH])
+                    for r in range(size) if step < 2 + r) / size
+        total.backward()
+        ref_opt.step()
+    got = params_of(model)
+    same_on_every_rank(c, "uneven steps with join", got)
+    close_params(c, "uneven steps with join", got, params_of(ref))
+
+
 def check_overlap(c):
     """The last layer's all-reduce starts, and finishes, while backward is still computing earlier layers."""
     record = {}
@@ -474,7 +502,7 @@ def main():
     hvd.init()
     c = Checks()
     for section in (check_wrapping, check_equivalence, check_synchronize_and_clip, check_unused_and_zero_grad,
-                    check_sparse, check_overlap, check_timeline, check_broadcasts, check_sync_batch_norm):
+                    check_sparse, check_join, check_overlap, check_timeline, check_broadcasts, check_sync_batch_norm):
         c.run(section)
     c.finish()
 
