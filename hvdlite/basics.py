@@ -2,6 +2,7 @@
 import atexit
 
 from . import config
+from .logging import set_rank as _set_log_rank
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
 from .process_sets import _refresh_global, add_process_set
@@ -38,6 +39,7 @@ def init(comm=None, process_sets=None):
         raise HvdliteError(f"hvdlite init failed: {error_text(buffer)}")
     del keepalive
     _refresh_global(lib.hvdlite_size())
+    _set_log_rank(lib.hvdlite_rank())  # Python log lines carry the rank the core reports
     if not _atexit_registered:
         # Registered after mpi4py's import, so it runs before MPI is finalized.
         atexit.register(shutdown)
