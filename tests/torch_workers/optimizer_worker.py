@@ -141,6 +141,16 @@ def check_equivalence(c):
     got = train_distributed(model, opt, passes=2)
     same_on_every_rank(c, "backward_passes_per_step=2", got)
     close_params(c, "backward_passes_per_step=2", got, want)
+    from hvdlite.torch import handles
+    x, y = global_batch(STEPS)
+    opt.zero_grad()
+    nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
+    c.check("backward_passes_per_step=2: nothing is sent after the first pass", handles.in_flight() == 0,
+            str(handles.in_flight()))
+    nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
+    c.check("backward_passes_per_step=2: every gradient is in flight after the second pass",
+            handles.in_flight() == len(list(model.parameters())), str(handles.in_flight()))
+    opt.step()
     # grouped all-reduces and the op/predivide variants give the same training
     variants = {
         "groups=2": dict(groups=2),
