@@ -70,7 +70,7 @@ def _core_output(handle, dtype):
 def _allreduce_request(array, name, op, prescale_factor, postscale_factor, process_set):
     array = np.ascontiguousarray(array)
     output = np.empty_like(array)
-    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce"), dtype_name(array), array.shape,
+    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set), dtype_name(array), array.shape,
                       array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
                       process_set=process_set, keepalive=(array, output))
     return request, output
@@ -94,7 +94,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    base = name or auto_name("grouped_allreduce")
+    base = name or auto_name("grouped_allreduce", process_set)
     pairs = [_allreduce_request(t, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
              for i, t in enumerate(tensors)]
     handles = submit_group([request for request, _ in pairs])
@@ -130,7 +130,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     array = np.ascontiguousarray(tensor)
     if array.ndim == 0:
         array = array.reshape(1)
-    request = Request(Collective.ALLGATHER, name or auto_name("allgather"), dtype_name(array), array.shape,
+    request = Request(Collective.ALLGATHER, name or auto_name("allgather", process_set), dtype_name(array), array.shape,
                       array.ctypes.data, 0, process_set=process_set, keepalive=(array,))
     return _track(submit(request), lambda handle: _core_output(handle, array.dtype))
 
@@ -144,7 +144,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     _require_init()
     array = np.ascontiguousarray(tensor)
     output = np.empty_like(array)
-    request = Request(Collective.BROADCAST, name or auto_name("broadcast"), dtype_name(array), array.shape,
+    request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array), array.shape,
                       array.ctypes.data, output.ctypes.data, root_rank=root_rank, process_set=process_set,
                       keepalive=(array, output))
     return _track(submit(request), lambda handle: output)
@@ -158,7 +158,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     _require_init()
     array = np.ascontiguousarray(tensor)
-    request = Request(Collective.ALLTOALL, name or auto_name("alltoall"), dtype_name(array), array.shape,
+    request = Request(Collective.ALLTOALL, name or auto_name("alltoall", process_set), dtype_name(array), array.shape,
                       array.ctypes.data, 0, splits=None if splits is None else list(np.asarray(splits).ravel()),
                       process_set=process_set, keepalive=(array,))
 
@@ -182,7 +182,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     rows = reducescatter_rows(array.shape[0], process_set.size(), process_set.rank())
     output = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
-    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter"), dtype_name(array), array.shape,
+    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter", process_set), dtype_name(array), array.shape,
                       array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
                       process_set=process_set, keepalive=(array, output))
     return _track(submit(request), lambda handle: output)
@@ -197,7 +197,7 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
 def barrier(process_set=global_process_set):
     """Returns once every rank of the process set has reached it."""
     _require_init()
-    request = Request(Collective.BARRIER, auto_name("barrier"), "uint8", (), process_set=process_set)
+    request = Request(Collective.BARRIER, auto_name("barrier", process_set), "uint8", (), process_set=process_set)
     synchronize(_track(submit(request), lambda handle: None))
 
 
@@ -211,7 +211,7 @@ def join(process_set=global_process_set):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Pickles obj on root_rank and returns it on every rank."""
-    name = name or auto_name("broadcast_object")
+    name = name or auto_name("broadcast_object", process_set)
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if process_set.rank() == root_rank else None
     length = np.array([0 if payload is None else payload.size], dtype=np.int64)
     length = broadcast(length, root_rank, name=f"{name}.length", process_set=process_set)
@@ -222,7 +222,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Pickles obj on every rank; returns the list of all ranks' objects, in rank order."""
-    name = name or auto_name("allgather_object")
+    name = name or auto_name("allgather_object", process_set)
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
     lengths = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.lengths", process_set=process_set)
     data = allgather(payload, name=f"{name}.data", process_set=process_set)

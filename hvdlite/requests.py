@@ -36,10 +36,16 @@ DTYPES = {
 _name_counters = {}
 
 
-def auto_name(kind):
-    """A name for an unnamed tensor; equal on every rank that calls collectives in the same order."""
-    counter = _name_counters.setdefault(kind, itertools.count())
-    return f"{kind}.noname.{next(counter)}"
+def auto_name(kind, process_set=None):
+    """A name for an unnamed tensor; equal on every rank that calls collectives in the same order.
+
+    Counted per process set: ranks outside a set do not advance its counter, so the names of the
+    global set (and of every other set) stay equal on all of its ranks.
+    """
+    set_id = process_set.process_set_id if process_set is not None else 0
+    counter = _name_counters.setdefault((kind, set_id), itertools.count())
+    prefix = kind if not set_id else f"{kind}.set{set_id}"
+    return f"{prefix}.noname.{next(counter)}"
 
 
 @dataclass

@@ -38,11 +38,7 @@ def check_op(op):
     return op
 
 
-def set_auto_name(kind, process_set):
-    """A generated name, counted per process set: ranks outside a set do not advance its counter, so the
-    global set's names stay equal on every rank."""
-    set_id = process_set.process_set_id
-    return auto_name(kind if not set_id else f"{kind}.set{set_id}")
+set_auto_name = auto_name  # the core counts generated names per process set
 
 
 def _names(name, kind, count, process_set):
