@@ -185,33 +185,43 @@ int Core::ProcessSetRank(int32_t id) {
 }
 
 bool Core::RequestTimeline(const std::string &path, bool mark_cycles) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!running_) return false;
-    timeline_request_ = true;
-    timeline_request_path_ = path;
-    timeline_request_marks_ = mark_cycles;
-  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!running_) return false;
+  timeline_request_ = true;
+  timeline_request_path_ = path;
+  timeline_request_marks_ = mark_cycles;
+  const int64_t ticket = ++timeline_requests_made_;
   work_cv_.notify_one();
+  // Returns once the background thread has applied it: requests submitted after start_timeline()
+  // returns are recorded, and none after stop_timeline() returns.
+  ready_cv_.wait(lock, [&] { return timeline_requests_applied_ >= ticket || !running_; });
   return true;
 }
 
 void Core::ApplyTimelineRequest() {
   std::string path;
   bool marks;
+  int64_t ticket;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!timeline_request_) return;
     timeline_request_ = false;
     path = timeline_request_path_;
     marks = timeline_request_marks_;
+    ticket = timeline_requests_made_;
   }
-  if (topology_.rank != 0) return;  // the coordinator writes the timeline
-  if (path.empty()) {
-    timeline_.Stop();
-  } else if (!timeline_.Start(path, marks)) {
-    Log(LogLevel::kError, "cannot open timeline file " + path);
+  if (topology_.rank == 0) {  // the coordinator writes the timeline
+    if (path.empty()) {
+      timeline_.Stop();
+    } else if (!timeline_.Start(path, marks)) {
+      Log(LogLevel::kError, "cannot open timeline file " + path);
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timeline_requests_applied_ = ticket;
+  }
+  ready_cv_.notify_all();
 }
 
 bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) {
@@ -493,6 +503,7 @@ void Core::TearDown() {
     queued.swap(queue_);
     in_flight_.clear();
   }
+  ready_cv_.notify_all();  // a caller waiting for a timeline change gives up
   for (Entry &e : queued) handles_.Fail(e.handle, kShutDownMessage);
   if (wake_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&wake_request_);

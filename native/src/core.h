@@ -110,6 +110,8 @@ class Core {
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;
+  int64_t timeline_requests_made_ = 0;
+  int64_t timeline_requests_applied_ = 0;
   std::string set_up_error_;
   Topology topology_;
   int64_t process_set_changes_ = 0;
