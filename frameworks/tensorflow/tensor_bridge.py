@@ -8,6 +8,8 @@ its collectives in the order the program wrote them, which is what keeps a block
 deadlocking across ranks.
 Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
 """
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -26,7 +28,21 @@ def collective_name(kind, name):
     if tf.executing_eagerly():
         return core_requests.auto_name(kind)
     graph = tf.compat.v1.get_default_graph()
-    return f"{graph.name}/{graph.unique_name('Hvdlite' + kind.capitalize())}"
+    return f"{_graph_path(graph)}/{graph.unique_name('Hvdlite' + kind.capitalize())}"
+
+
+def _graph_path(graph):
+    """The traced function's name with the control-flow graphs it is nested in ("train_step/cond_true").
+
+    TensorFlow suffixes cond branches and loop bodies with a process-wide counter ("cond_true_6"), which differs
+    between ranks that traced different amounts before; the suffix is dropped. Equal paths are harmless: the
+    ops of one function run in program order, so two collectives with one name are never in flight together.
+    """
+    parts = []
+    while graph is not None and hasattr(graph, "outer_graph"):
+        parts.append(re.sub(r"_\d+$", "", graph.name))
+        graph = graph.outer_graph
+    return "/".join(reversed(parts)) or graph.name
 
 
 def as_tensor(value):

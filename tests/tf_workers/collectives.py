@@ -386,6 +386,24 @@ def check_errors(mode):
                  rtol=1e-5, atol=1e-5)
 
 
+def check_names_in_control_flow():
+    """Unnamed collectives inside tf.cond / tf.while_loop get the same names on every rank even when one rank
+    traced more before (TensorFlow numbers those graphs with a process-wide counter)."""
+    if RANK == 0:
+        for _ in range(3):  # advance TensorFlow's counter on rank 0 only
+            tf.function(lambda x: tf.cond(x > 0, lambda: x + 1, lambda: x - 1))(tf.constant(1.0))
+
+    @tf.function
+    def reduce_in_control_flow(x):
+        y = tf.cond(tf.reduce_sum(x) > -1e9, lambda: hvd.allreduce(x, op=hvd.Sum), lambda: x)
+        _, z = tf.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, hvd.allreduce(v, op=hvd.Sum)), [0, y])
+        return z
+    inputs = [rank_values(r, (3,), tf.float32, seed=120) for r in range(SIZE)]
+    out = reduce_in_control_flow(tf.constant(inputs[RANK]))
+    checks.close("unnamed collectives in tf.cond and tf.while_loop", out.numpy(),
+                 reduce_reference(inputs, "Sum", tf.float32) * SIZE * SIZE, rtol=1e-5, atol=1e-4)
+
+
 def main():
     check_queries()
     subset = hvd.add_process_set([0, SIZE - 1] if SIZE > 2 else [SIZE - 1])
@@ -396,6 +414,7 @@ def main():
             checks.guard(f"{mode} {check.__name__}", lambda check=check: check(mode))
         checks.guard(f"{mode} check_process_set", lambda: check_process_set(mode, subset))
     checks.guard("check_objects", check_objects)
+    checks.guard("check_names_in_control_flow", check_names_in_control_flow)
     hvd.remove_process_set(subset)
     checks.finish()
 
