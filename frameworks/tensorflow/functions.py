@@ -19,7 +19,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     variables = list(variables)
     if not variables:
         return None if tf.executing_eagerly() else tf.no_op()
-    name = bridge.collective_name("broadcast_variables", None)
+    name = bridge.collective_name("broadcast_variables", None, process_set)
     values = grouped_broadcast([tf.convert_to_tensor(v) for v in variables], root_rank, name=name,
                                process_set=process_set)
     assigns = [v.assign(value) for v, value in zip(variables, values)]

@@ -112,7 +112,7 @@ def _allreduce_indexed_slices(slices, op, prescale_factor, postscale_factor, nam
     if op not in (Average, Sum):
         raise NotImplementedError(f"the {_REDUCE_OPS[op]} reduction does not support tf.IndexedSlices; "
                                   "use sparse_as_dense=True or convert the gradient to a dense tensor")
-    base = bridge.collective_name("allreduce", name)
+    base = bridge.collective_name("allreduce", name, process_set)
     values, indices = grouped_allgather([slices.values, slices.indices], name=base, process_set=process_set)
     scale = prescale_factor * postscale_factor / (process_set.size() if op == Average else 1)
     if scale != 1.0:
@@ -133,7 +133,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_indexed_slices(tensor, op, prescale_factor, postscale_factor, name, process_set)
     compressed, ctx = compression.compress(bridge.as_tensor(tensor))
-    name = bridge.collective_name("allreduce", name)
+    name = bridge.collective_name("allreduce", name, process_set)
     reduced = _allreduce_group([compressed], [name], op, prescale_factor, postscale_factor, process_set)[0]
     return compression.decompress(reduced, ctx)
 
@@ -147,7 +147,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     tensors = list(tensors)
     if not tensors:
         return []
-    base = bridge.collective_name("grouped_allreduce", name)
+    base = bridge.collective_name("grouped_allreduce", name, process_set)
     results = [None] * len(tensors)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
@@ -189,7 +189,7 @@ def _allgather_group(tensors, names, process_set):
 @_not_converted
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates ``tensor`` from every rank along the first dimension (which may differ between ranks)."""
-    return _allgather_group([tensor], [bridge.collective_name("allgather", name)], process_set)[0]
+    return _allgather_group([tensor], [bridge.collective_name("allgather", name, process_set)], process_set)[0]
 
 
 @_not_converted
@@ -197,7 +197,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     tensors = list(tensors)
     if not tensors:
         return []
-    base = bridge.collective_name("grouped_allgather", name)
+    base = bridge.collective_name("grouped_allgather", name, process_set)
     return _allgather_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], process_set)
 
 
@@ -220,7 +220,7 @@ def _broadcast_group(tensors, names, root_rank, process_set):
 @_not_converted
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a rank within the process set)."""
-    return _broadcast_group([tensor], [bridge.collective_name("broadcast", name)], root_rank, process_set)[0]
+    return _broadcast_group([tensor], [bridge.collective_name("broadcast", name, process_set)], root_rank, process_set)[0]
 
 
 @_not_converted
@@ -228,7 +228,7 @@ def grouped_broadcast(tensors, root_rank, name=None, process_set=global_process_
     tensors = list(tensors)
     if not tensors:
         return []
-    base = bridge.collective_name("grouped_broadcast", name)
+    base = bridge.collective_name("grouped_broadcast", name, process_set)
     return _broadcast_group(tensors, [f"{base}.{i}" for i in range(len(tensors))], root_rank, process_set)
 
 
@@ -256,7 +256,7 @@ def _alltoall(tensor, splits, name, process_set):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Sends ``splits[i]`` rows of ``tensor`` to rank i (equal parts when None) and returns
     ``(received tensor, received_splits)``, rows concatenated in rank order."""
-    output, received = _alltoall(tensor, splits, bridge.collective_name("alltoall", name), process_set)
+    output, received = _alltoall(tensor, splits, bridge.collective_name("alltoall", name, process_set), process_set)
     return output, tf.stop_gradient(received)
 
 
@@ -295,7 +295,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     (the first ``dim0 % size`` ranks get one row more)."""
     op = _check_op(op)
     compressed, ctx = compression.compress(bridge.as_tensor(tensor))
-    name = bridge.collective_name("reducescatter", name)
+    name = bridge.collective_name("reducescatter", name, process_set)
     out = _reducescatter_group([compressed], [name], op, prescale_factor, postscale_factor, process_set)[0]
     return compression.decompress(out, ctx)
 
@@ -308,7 +308,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     if not tensors:
         return []
     compressed, ctxs = zip(*[compression.compress(bridge.as_tensor(t)) for t in tensors])
-    base = bridge.collective_name("grouped_reducescatter", name)
+    base = bridge.collective_name("grouped_reducescatter", name, process_set)
     out = _reducescatter_group(list(compressed), [f"{base}.{i}" for i in range(len(tensors))], op,
                                prescale_factor, postscale_factor, process_set)
     return [compression.decompress(o, c) for o, c in zip(out, ctxs)]

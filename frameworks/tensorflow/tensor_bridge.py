@@ -16,19 +16,23 @@ import tensorflow as tf
 from hvdlite import requests as core_requests
 
 
-def collective_name(kind, name):
-    """The name that identifies a collective across ranks.
+def collective_name(kind, name, process_set=None):
+    """The name that identifies a collective across the ranks of its process set.
 
-    A given ``name`` is used as is. Otherwise: eagerly, the core's call counter (identical on ranks that call
-    collectives in the same order); in a graph, a name unique within the traced function, fixed at trace time,
-    so that every step of a compiled function reuses it (and hits the core's response cache).
+    A given ``name`` is used as is. Otherwise: eagerly, the core's call counter of the process set (identical on
+    its ranks when they call collectives in the same order); in a graph, a name unique within the traced
+    function, fixed at trace time, so that every step of a compiled function reuses it (and hits the core's
+    response cache). Both are counted per process set: a rank outside a set skips that set's collectives
+    without shifting the names of the others.
     """
     if name is not None:
         return str(name)
     if tf.executing_eagerly():
-        return core_requests.auto_name(kind)
+        return core_requests.auto_name(kind, process_set)
+    set_id = getattr(process_set, "process_set_id", 0) or 0
+    base = "Hvdlite" + "".join(word.capitalize() for word in kind.split("_")) + (f"Set{set_id}" if set_id else "")
     graph = tf.compat.v1.get_default_graph()
-    return f"{_graph_path(graph)}/{graph.unique_name('Hvdlite' + kind.capitalize())}"
+    return f"{_graph_path(graph)}/{graph.unique_name(base)}"
 
 
 def _graph_path(graph):

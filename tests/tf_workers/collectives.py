@@ -356,6 +356,23 @@ def check_process_set(mode, subset):
     checks.close(f"{mode} process set broadcast", out.numpy(), inputs[subset.ranks[root]])
 
 
+def check_unnamed_collectives_of_a_subset(mode, subset):
+    """Only the subset's ranks run its unnamed collective; the unnamed global one after it must still get the
+    same name on every rank (names are counted per process set)."""
+    member = RANK in subset.ranks
+    inputs = [rank_values(r, (2,), tf.float32, seed=130) for r in range(SIZE)]
+
+    def body(x):
+        partial = hvd.allreduce(x, op=hvd.Sum, process_set=subset) if member else x
+        return partial, hvd.allreduce(x, op=hvd.Sum)
+    partial, total = in_mode(mode, body)(tf.constant(inputs[RANK]))
+    checks.close(f"{mode} unnamed global allreduce after a subset's", total.numpy(),
+                 reduce_reference(inputs, "Sum", tf.float32), rtol=1e-5, atol=1e-5)
+    if member:
+        checks.close(f"{mode} unnamed subset allreduce", partial.numpy(),
+                     reduce_reference([inputs[r] for r in subset.ranks], "Sum", tf.float32), rtol=1e-5, atol=1e-5)
+
+
 # --- errors: every rank raises, and the core keeps working --------------------------------------------------
 
 def check_errors(mode):
@@ -413,6 +430,7 @@ def main():
                       check_join_and_barrier, check_errors):
             checks.guard(f"{mode} {check.__name__}", lambda check=check: check(mode))
         checks.guard(f"{mode} check_process_set", lambda: check_process_set(mode, subset))
+        checks.guard(f"{mode} unnamed subset collectives", lambda: check_unnamed_collectives_of_a_subset(mode, subset))
     checks.guard("check_objects", check_objects)
     checks.guard("check_names_in_control_flow", check_names_in_control_flow)
     hvd.remove_process_set(subset)
