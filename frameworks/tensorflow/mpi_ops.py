@@ -220,7 +220,8 @@ def _broadcast_group(tensors, names, root_rank, process_set):
 @_not_converted
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a rank within the process set)."""
-    return _broadcast_group([tensor], [bridge.collective_name("broadcast", name, process_set)], root_rank, process_set)[0]
+    name = bridge.collective_name("broadcast", name, process_set)
+    return _broadcast_group([tensor], [name], root_rank, process_set)[0]
 
 
 @_not_converted
