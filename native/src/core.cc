@@ -1,5 +1,7 @@
 #include "core.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -135,6 +137,7 @@ int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *err
   }
   int32_t group_id = entries.size() > 1 ? next_group_id_++ : 0;
   auto now = Clock::now();
+  last_enqueue_ = now;
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry &e = entries[i];
     int32_t set_id = e.process_set_id;
@@ -287,6 +290,7 @@ void Core::PublishProcessSets() {
 }
 
 void Core::ThreadMain(Settings settings, MPI_Comm parent) {
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short timed waits (coalescing, polite MPI waits) are meant short
   std::string error;
   bool ok = SetUp(settings, parent, &error);
   if (ok) PublishProcessSets();
@@ -307,6 +311,14 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       work_cv_.wait_for(lock, cycle(), [&] {
         return teardown_due_ || (!driving_ && (!queue_.empty() || shutdown_requested_ || timeline_request_));
       });
+      // A burst of submissions (a step's gradients, submitted async one after another) goes out as one
+      // round, and so fuses: start once no request has come for kCoalesce, or a cycle after the first.
+      const auto woken = Clock::now();
+      while (!driving_ && !teardown_due_ && !shutdown_requested_ && !queue_.empty()) {
+        const auto settled = last_enqueue_ + kCoalesce;
+        if (Clock::now() >= settled || Clock::now() - woken >= cycle()) break;
+        work_cv_.wait_until(lock, settled, [&] { return driving_ || teardown_due_ || shutdown_requested_; });
+      }
       if (driving_ && !teardown_due_) continue;
       driving_ = true;
     }
