@@ -26,9 +26,11 @@ demo: native
 bench: native
 	@for script in bench/*.py; do \
 		grep -q '__main__' "$$script" 2>/dev/null || continue; \
+		[ "$$script" = bench/report.py ] && continue; \
 		echo "== $$script"; \
-		$(PYTHON) "$$script" || exit 1; \
+		$(PYTHON) "$$script" --json bench/results/$$(basename $$script .py).json || exit 1; \
 	done
+	$(PYTHON) bench/report.py
 
 setup: $(STAMPS)/hvdlite
 

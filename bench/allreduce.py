@@ -153,7 +153,7 @@ def print_tables(rows, checks):
     return text
 
 
-def plot(rows, path):
+def plot(rows, path, nranks=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -175,7 +175,7 @@ def plot(rows, path):
     left.set_ylabel("latency (us, median)")
     right.set_ylabel("bus bandwidth (GB/s)")
     right.legend(fontsize=8)
-    fig.suptitle(f"float32 all-reduce, {common.size()} ranks")
+    fig.suptitle(f"float32 all-reduce, {nranks or common.size()} ranks")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -183,6 +183,7 @@ def plot(rows, path):
 
 
 def main():
+    common.relaunch_under_mpiexec()
     here = os.path.dirname(os.path.abspath(__file__))
     parser = common.base_arguments(__doc__.splitlines()[0], os.path.join(here, "results", "allreduce.json"),
                                    os.path.join(here, os.pardir, "docs", "benchmarks", "allreduce.png"))

@@ -19,6 +19,19 @@ from mpi4py import MPI
 COMM = MPI.COMM_WORLD
 
 
+def relaunch_under_mpiexec(nranks=2):
+    """Run as plain `python bench/x.py` (as `make bench` does), re-run this script under mpiexec -n nranks."""
+    if size() > 1 or os.environ.get("HVDLITE_BENCH_LAUNCHED"):
+        return
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.path.exists(mpiexec):
+        mpiexec = "mpiexec"
+    env = dict(os.environ, HVDLITE_BENCH_LAUNCHED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    command = [mpiexec, "-n", str(nranks), sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+    print("$ OMP_NUM_THREADS=%s %s" % (env["OMP_NUM_THREADS"], " ".join(command)), flush=True)
+    sys.exit(subprocess.call(command, env=env))
+
+
 def rank():
     return COMM.Get_rank()
 
@@ -100,7 +113,8 @@ def machine_info():
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
         "load_average": os.getloadavg(),
         "git": _git_revision(),
-        "command": "mpiexec -n %d %s %s" % (size(), os.path.basename(sys.executable), " ".join(sys.argv)),
+        "command": "OMP_NUM_THREADS=%s mpiexec -n %d python %s" % (os.environ.get("OMP_NUM_THREADS", ""), size(),
+                                                                   " ".join(_relative_argv())),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:
@@ -109,6 +123,11 @@ def machine_info():
     except ImportError:
         pass
     return info
+
+
+def _relative_argv():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [os.path.relpath(a, root) if os.path.isabs(a) and a.startswith(root) else a for a in sys.argv]
 
 
 def _cpu_model():

@@ -1,0 +1,144 @@
+"""Tensor fusion: N small all-reduces submitted async then synchronized, against one all-reduce of the same
+total bytes, and against the same N tensors with fusion disabled.
+
+    OMP_NUM_THREADS=1 mpiexec -n 2 python bench/fusion.py [--count 256] [--kib 16] [--plot] [--json PATH]
+
+"many" is what a training step does with its gradients: every tensor is submitted at once
+(`hvd.allreduce_async`, or the pointer-level `hvdlite.requests.submit` that the adapters use), then all are
+synchronized; the background thread negotiates and fuses them into as few all-reduces as the fusion threshold
+allows. "one" is a single all-reduce of count x kib KiB through the same pointer-level path. The unfused run
+needs its own init (HVDLITE_FUSION_THRESHOLD=0); "one" is timed again, interleaved, in that phase so that its
+ratio pairs rounds of one phase.
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import COMM, MPI, human_bytes, median, median_ratio, say, verdict  # noqa: E402
+
+import hvdlite as hvd  # noqa: E402
+from hvdlite.requests import Collective, Request, submit  # noqa: E402
+
+TARGET = 1.5
+
+
+def request(x, out, name):
+    return Request(Collective.ALLREDUCE, name, "float32", x.shape, x.ctypes.data, out.ctypes.data, op=hvd.Sum,
+                   keepalive=(x, out))
+
+
+def methods_for(count, elements, fused):
+    rank = common.rank()
+    xs = [np.full(elements, rank + 1 + i % 7, dtype=np.float32) for i in range(count)]
+    outs = [np.empty_like(x) for x in xs]
+    requests = [request(x, out, f"fusion.{i}") for i, (x, out) in enumerate(zip(xs, outs))]
+    big = np.full(count * elements, rank + 1, dtype=np.float32)
+    big_out = np.empty_like(big)
+    big_request = request(big, big_out, "fusion.one")
+    mpi_out = np.empty_like(big)
+
+    def many():
+        handles = [submit(r) for r in requests]
+        for h in handles:
+            h.wait()
+            h.release()
+
+    def many_numpy():
+        handles = [hvd.allreduce_async(x, name=f"fusion.np.{i}", op=hvd.Sum) for i, x in enumerate(xs)]
+        for h in handles:
+            hvd.synchronize(h)
+
+    def one():
+        h = submit(big_request)
+        h.wait()
+        h.release()
+
+    many()
+    expected = [np.full(elements, sum(r + 1 + i % 7 for r in range(common.size())), dtype=np.float32)
+                for i in range(count)]
+    if not all(np.array_equal(o, e) for o, e in zip(outs, expected)):
+        raise SystemExit("fusion: wrong all-reduce result")
+    if fused:
+        return {"many": many, "many_numpy": many_numpy, "one": one,
+                "mpi_one": lambda: COMM.Allreduce(big, mpi_out, MPI.SUM)}
+    return {"many_unfused": many, "one": one}
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = ["one all-reduce\n(same bytes)", "N async,\nfused", "N async, fused\n(numpy API)", "N async,\nfusion off",
+              "MPI_Allreduce\n(same bytes)"]
+    keys = ["one", "many", "many_numpy", "many_unfused", "mpi_one"]
+    values = [result["times_ms"][k] for k in keys]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(labels, values, color=["#777", "#1f77b4", "#6baed6", "#d62728", "#aaa"])
+    ax.set_ylabel("ms (median)")
+    ranks = result.get("machine", {}).get("ranks", common.size())
+    ax.set_title(f"{result['count']} x {human_bytes(result['bytes_each'])} all-reduces, {ranks} ranks")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}", flush=True)
+
+
+def main():
+    common.relaunch_under_mpiexec()
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = common.base_arguments(__doc__.splitlines()[0], os.path.join(here, "results", "fusion.json"),
+                                   os.path.join(here, os.pardir, "docs", "benchmarks", "fusion.png"))
+    parser.add_argument("--count", type=int, default=256)
+    parser.add_argument("--kib", type=int, default=16)
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
+    elements = args.kib * 1024 // 4
+    budget = max(args.budget, 0.2)
+    rounds = {}
+    os.environ.pop("HVDLITE_FUSION_THRESHOLD", None)
+    hvd.init()
+    fused = common.interleaved(methods_for(args.count, elements, True), args.repeats, budget)
+    hvd.shutdown()
+    os.environ["HVDLITE_FUSION_THRESHOLD"] = "0"
+    hvd.init()
+    unfused = common.interleaved(methods_for(args.count, elements, False), args.repeats, budget)
+    hvd.shutdown()
+    os.environ.pop("HVDLITE_FUSION_THRESHOLD")
+    rounds.update(fused)
+    rounds["many_unfused"] = unfused["many_unfused"]
+    times = {k: median(v) * 1e3 for k, v in rounds.items()}
+    ratios = {
+        "many_vs_one": median_ratio(fused["many"], fused["one"]),
+        "many_numpy_vs_one": median_ratio(fused["many_numpy"], fused["one"]),
+        "unfused_vs_one": median_ratio(unfused["many_unfused"], unfused["one"]),
+        "one_vs_mpi": median_ratio(fused["one"], fused["mpi_one"]),
+    }
+    checks = [{"target": f"{args.count} x {human_bytes(elements * 4)} async (pointer-level) <= {TARGET}x one "
+                         f"{human_bytes(args.count * elements * 4)} all-reduce",
+               "measured": round(ratios["many_vs_one"], 2), "pass": ratios["many_vs_one"] <= TARGET},
+              {"target": f"same through the numpy API (hvd.allreduce_async) <= {TARGET}x",
+               "measured": round(ratios["many_numpy_vs_one"], 2), "pass": ratios["many_numpy_vs_one"] <= TARGET}]
+    rows = [["one all-reduce of the same bytes", f"{times['one']:.2f}", "1.00"],
+            ["N async, fused (pointer-level submit)", f"{times['many']:.2f}", f"{ratios['many_vs_one']:.2f}"],
+            ["N async, fused (numpy API)", f"{times['many_numpy']:.2f}", f"{ratios['many_numpy_vs_one']:.2f}"],
+            ["N async, fusion disabled", f"{times['many_unfused']:.2f}", f"{ratios['unfused_vs_one']:.2f}"],
+            ["MPI_Allreduce of the same bytes (mpi4py)", f"{times['mpi_one']:.2f}",
+             f"{1 / ratios['one_vs_mpi']:.2f}"]]
+    text = common.format_table(["variant", "ms (median)", "x one all-reduce"], rows)
+    text += "\n\n" + common.format_table(["target", "measured", "result"],
+                                          [[c["target"], c["measured"], verdict(c["pass"])] for c in checks])
+    say(f"\n{args.count} x {human_bytes(elements * 4)} float32, {common.size()} ranks\n" + text)
+    result = {"benchmark": "fusion", "machine": common.machine_info(), "count": args.count, "bytes_each": elements * 4,
+              "repeats": args.repeats, "times_ms": times, "ratios": ratios, "targets": checks, "table": text,
+              "rounds_ms": {k: [t * 1e3 for t in v] for k, v in rounds.items()}}
+    common.write_json(args.json, result)
+    if args.plot and common.rank() == 0:
+        plot(result, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Refreshes the generated parts of docs/benchmarks.md (tables, targets, machine, commands) and the plots in
+docs/benchmarks/ from the JSON results under bench/results/ (what `make bench` writes).
+
+    python bench/report.py
+
+Each generated block sits between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` in docs/benchmarks.md; the
+text around them is written by hand and kept.
+"""
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+PLOTS = os.path.join(ROOT, "docs", "benchmarks")
+TRAINING_TARGET = 1.0
+
+
+def load(name):
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def machine_block(result):
+    m = result.get("machine", {})
+    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {m.get('platform', '')}",
+             f"- {m.get('mpi', '')}; mpi4py {m.get('mpi4py', '')}, numpy {m.get('numpy', '')}, "
+             f"torch {m.get('torch', '')}, Python {m.get('python', '')}",
+             f"- load average at the start: {', '.join(f'{x:.1f}' for x in m.get('load_average', []))} "
+             f"(a shared machine: every figure is a ratio of interleaved rounds)",
+             f"- revision {m.get('git', '')}, {m.get('date', '')}; {result.get('repeats', '?')} rounds per figure",
+             f"- command: `{m.get('command', '')}`"]
+    return "\n".join(lines)
+
+
+def allreduce_block(result):
+    return (machine_block(result) + "\n\n![all-reduce latency and bus bandwidth](benchmarks/allreduce.png)\n\n"
+            + result["table"])
+
+
+def fusion_block(result):
+    return machine_block(result) + "\n\n![fusion](benchmarks/fusion.png)\n\n" + result["table"]
+
+
+def torch_block(result):
+    r = result["results"]
+    lines = ["| framework | samples/s (median of rounds) | per round |", "|---|---:|---|"]
+    for name in ("single", "hvdlite", "ddp"):
+        if name in r:
+            lines.append(f"| {name} | {r[name]['samples_per_s']:.1f} | "
+                         f"{', '.join(f'{x:.1f}' for x in r[name].get('samples_per_s_per_round', []))} |")
+    ratio = r.get("hvdlite_over_ddp")
+    settings = result.get("settings", {})
+    text = "\n".join(lines)
+    if ratio is not None:
+        text += (f"\n\n| target | measured | result |\n|---|---:|---|\n| hvdlite samples/s >= {TRAINING_TARGET}x DDP "
+                 f"(gloo), 2 ranks | {ratio:.3f} | {verdict(ratio >= TRAINING_TARGET)} |")
+    text += (f"\n\n- command: `python bench/torch_synthetic.py --json bench/results/torch_synthetic.json` "
+             f"(rounds {settings.get('rounds', '?')}, batch {settings.get('batch_size', '?')} per process); "
+             f"load average {', '.join(f'{x:.1f}' for x in result.get('load_average', []))}")
+    return text
+
+
+def tf_block(result):
+    text = "```\n" + json.dumps(result.get("results", result), indent=1)[:3000] + "\n```"
+    if "table" in result:
+        text = result["table"]
+    return text
+
+
+def autotune_block(result):
+    return (f"![autotune](benchmarks/autotune.png)\n\n{result['table']}\n\n- command: `{result['command']}`; "
+            f"trials logged to `{result['log']}`; load average "
+            f"{', '.join(f'{x:.1f}' for x in result.get('load_average', []))}")
+
+
+def summary_block(results):
+    rows = ["| target | measured | result |", "|---|---:|---|"]
+    for name in ("allreduce", "fusion"):
+        if results.get(name):
+            for check in results[name]["targets"]:
+                rows.append(f"| {check['target']} | {check['measured']} | {verdict(check['pass'])} |")
+    torch = results.get("torch_synthetic")
+    if torch and torch["results"].get("hvdlite_over_ddp") is not None:
+        ratio = torch["results"]["hvdlite_over_ddp"]
+        rows.append(f"| torch_synthetic: hvdlite samples/s >= {TRAINING_TARGET}x DDP (gloo) | {ratio:.3f} | "
+                    f"{verdict(ratio >= TRAINING_TARGET)} |")
+    return "\n".join(rows)
+
+
+def plot_all(results):
+    sys.path.insert(0, HERE)
+    if results.get("allreduce"):
+        import allreduce
+        allreduce.plot(results["allreduce"]["rows"], os.path.join(PLOTS, "allreduce.png"),
+                       results["allreduce"]["machine"]["ranks"])
+    if results.get("fusion"):
+        import fusion
+        fusion.plot(results["fusion"], os.path.join(PLOTS, "fusion.png"))
+
+
+def replace_block(text, name, body):
+    pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", re.S)
+    if not pattern.search(text):
+        return text
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+
+
+def main():
+    results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "tf_synthetic", "autotune")}
+    with open(DOC) as f:
+        text = f.read()
+    text = replace_block(text, "summary", summary_block(results))
+    for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
+                         ("tf_synthetic", tf_block), ("autotune", autotune_block)):
+        if results[name]:
+            text = replace_block(text, name, render(results[name]))
+    with open(DOC, "w") as f:
+        f.write(text)
+    print(f"updated {os.path.relpath(DOC, ROOT)}")
+    try:
+        plot_all(results)
+    except ImportError as error:  # matplotlib missing: tables still refreshed
+        print(f"plots skipped: {error}")
+
+
+if __name__ == "__main__":
+    main()
