@@ -29,8 +29,8 @@ def test_defaults_when_nothing_is_set():
     assert settings["stall_shutdown_seconds"] == 0.0
     assert settings["stall_check_disable"] is False
     assert settings["allreduce_algorithm"] == "auto"
-    assert settings["ring_segment_bytes"] == 1024 * 1024
-    assert settings["auto_ring_min_bytes"] == 16 * 1024 * 1024
+    assert settings["ring_segment_bytes"] == 4 * 1024 * 1024
+    assert settings["auto_ring_min_bytes"] == 256 * 1024
     assert settings["log_level"] == "warning"
     assert settings["timeline_path"] == ""
     assert settings["autotune"] is False

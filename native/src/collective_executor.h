@@ -14,8 +14,8 @@ namespace hvdlite {
 
 struct AlgorithmSettings {
   int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
-  int64_t ring_segment_bytes = 1 << 20;
-  int64_t auto_ring_min_bytes = 16 << 20;
+  int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
+  int64_t auto_ring_min_bytes = 256 << 10;
 };
 
 class CollectiveExecutor {
