@@ -104,9 +104,10 @@ class Core {
   bool initialized_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
-  bool wake_sent_ = false;
+  bool wake_sent_ = false;     // the background thread was woken for what is queued and has not taken it
   Clock::time_point last_enqueue_;
-  static constexpr auto kCoalesce = std::chrono::microseconds(200);     // the background thread was woken for what is queued and has not taken it
+  // Woken for async work, the background thread starts the round once no request came for this long.
+  static constexpr auto kCoalesce = std::chrono::microseconds(200);
   bool driving_ = false;       // some thread holds driver_ for a round: the background thread need not wake
   bool teardown_due_ = false;  // a round agreed to shut down: the background thread tears down
   bool timeline_request_ = false;
