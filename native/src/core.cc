@@ -15,18 +15,6 @@ namespace {
 
 std::string InFlightKey(int32_t set_id, const std::string &name) { return std::to_string(set_id) + ":" + name; }
 
-// How the calling thread used its last requests: a thread that waits on each request right after
-// submitting it (a synchronous allreduce, step after step) runs the rounds itself in Wait, so waking the
-// background thread for its next request would only cost two thread switches.
-struct CallerPattern {
-  int64_t unwaited = 0;  // the last single request this thread submitted, until it waits on it
-  Clock::time_point submitted;
-  int quick_waits = 0;   // consecutive requests waited on within kQuickWait of their submission
-};
-thread_local CallerPattern caller_pattern;
-constexpr auto kQuickWait = std::chrono::microseconds(250);
-constexpr int kQuickWaitsForNoWake = 3;
-
 const char kShutDownMessage[] =
     "hvdlite has been shut down: a rank called shutdown() or exited, so this request cannot complete";
 
@@ -49,8 +37,6 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
   in_flight_.clear();
   set_up_done_ = false;
   shutdown_requested_ = false;
-  teardown_due_ = false;
-  driving_ = false;
   set_up_error_.clear();
   thread_ = std::thread(&Core::ThreadMain, this, settings, parent ? *parent : MPI_COMM_WORLD);
   ready_cv_.wait(lock, [&] { return set_up_done_; });
@@ -149,8 +135,8 @@ int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *err
     queue_.push_back(std::move(e));
   }
   // One wake per batch of work: until the queue is taken, a wake already sent covers what follows.
-  bool wake = NeedsWake(entries.size() == 1 ? handles[0] : 0, now) && !wake_sent_;
-  wake_sent_ = wake_sent_ || wake;
+  bool wake = !wake_sent_;
+  wake_sent_ = true;
   lock.unlock();
   if (wake) work_cv_.notify_one();
   return 0;
@@ -255,7 +241,6 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   int provided = 0;
   MPI_Query_thread(&provided);
   t.threads_supported = provided == MPI_THREAD_MULTIPLE;
-  caller_progress_ = t.threads_supported;  // a waiting caller may run rounds (never two threads at once)
   SetLogRank(t.rank);
   MutableGlobalMpiTypes().Create();
 
@@ -290,7 +275,7 @@ void Core::PublishProcessSets() {
 }
 
 void Core::ThreadMain(Settings settings, MPI_Comm parent) {
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // short timed waits (coalescing, polite MPI waits) are meant short
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // the short coalescing wait below is meant short
   std::string error;
   bool ok = SetUp(settings, parent, &error);
   if (ok) PublishProcessSets();
@@ -306,95 +291,26 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   while (true) {
     {
       // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress (or, when
-      // quiet, to look for a peer's wake message). While a caller drives, it takes the work.
+      // quiet, to look for a peer's wake message).
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, cycle(), [&] {
-        return teardown_due_ || (!driving_ && (!queue_.empty() || shutdown_requested_ || timeline_request_));
-      });
+      work_cv_.wait_for(lock, cycle(), [&] { return !queue_.empty() || shutdown_requested_ || timeline_request_; });
       // A burst of submissions (a step's gradients, submitted async one after another) goes out as one
       // round, and so fuses: start once no request has come for kCoalesce, or a cycle after the first.
       const auto woken = Clock::now();
-      while (!driving_ && !teardown_due_ && !shutdown_requested_ && !queue_.empty()) {
+      while (!shutdown_requested_ && !queue_.empty()) {
         const auto settled = last_enqueue_ + kCoalesce;
         if (Clock::now() >= settled || Clock::now() - woken >= cycle()) break;
-        work_cv_.wait_until(lock, settled, [&] { return driving_ || teardown_due_ || shutdown_requested_; });
+        work_cv_.wait_until(lock, settled, [&] { return shutdown_requested_; });
       }
-      if (driving_ && !teardown_due_) continue;
-      driving_ = true;
     }
-    std::unique_lock<std::mutex> drive(driver_);
-    bool stop = teardown_due_locked() || !Iterate(/*periodic=*/true);
-    EndDriving(stop);
-    if (stop) break;
+    if (!Iterate()) break;
   }
   TearDown();
 }
 
-bool Core::teardown_due_locked() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return teardown_due_;
-}
+int Core::Wait(int64_t handle) { return handles_.Wait(handle); }
 
-void Core::EndDriving(bool teardown) {
-  bool more;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    driving_ = false;
-    teardown_due_ = teardown_due_ || teardown;
-    more = teardown_due_ || !queue_.empty() || shutdown_requested_ || timeline_request_;
-  }
-  if (more) work_cv_.notify_one();
-}
-
-bool Core::TryProgress() {
-  std::unique_lock<std::mutex> drive(driver_, std::try_to_lock);
-  if (!drive.owns_lock()) return false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!running_ || teardown_due_) return false;
-    driving_ = true;
-  }
-  bool go_on = Iterate(/*periodic=*/false);
-  EndDriving(!go_on);
-  return true;
-}
-
-bool Core::NeedsWake(int64_t single_handle, Clock::time_point now) {
-  CallerPattern &p = caller_pattern;
-  // Several requests at once, or one submitted before the last was waited on: asynchronous use.
-  bool synchronous = caller_progress_ && single_handle != 0 && p.unwaited == 0 && p.quick_waits >= kQuickWaitsForNoWake;
-  if (single_handle == 0 || p.unwaited != 0) p.quick_waits = 0;
-  p.unwaited = single_handle;
-  p.submitted = now;
-  // Not woken, the background thread still finds the request within a cycle should the caller not wait.
-  return !synchronous;
-}
-
-int Core::Wait(int64_t handle) {
-  CallerPattern &p = caller_pattern;
-  if (handle == p.unwaited) {
-    p.quick_waits = Clock::now() - p.submitted < kQuickWait ? p.quick_waits + 1 : 0;
-    p.unwaited = 0;
-  }
-  // The waiting thread runs the round itself when no one else is: no hand-over to the background thread
-  // and back, which costs two thread switches per operation. It drives at most one round per cycle and
-  // otherwise sleeps on the handle, as the background thread keeps the periodic rounds going.
-  bool drove = false;
-  while (true) {
-    int state = handles_.Poll(handle);
-    if (state < 0) return -1;
-    if (state == 1 || !caller_progress_) return handles_.Wait(handle);
-    if (!drove && TryProgress()) {
-      drove = true;
-      continue;
-    }
-    state = handles_.WaitFor(handle, cycle());
-    if (state != HandleTable::kTimedOut) return state;
-    drove = false;
-  }
-}
-
-bool Core::Iterate(bool periodic) {
+bool Core::Iterate() {
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -417,8 +333,6 @@ bool Core::Iterate(bool periodic) {
     }
     quiet_ = false;
     first_round_awake = true;
-  } else if (!local_work && periodic && now - last_round_ < cycle() * 9 / 10) {
-    return true;  // a caller ran a round moments ago
   }
   last_round_ = now;
   timeline_.MarkCycle(now);

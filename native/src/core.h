@@ -61,21 +61,15 @@ class Core {
   int ProcessSetRank(int32_t id);
   bool RequestTimeline(const std::string &path, bool mark_cycles);
 
-  // Blocks until the handle is done, running negotiation rounds itself while no other thread does.
+  // Blocks (on the handle table's condition variable) until the handle is done.
   int Wait(int64_t handle);
   HandleTable &handles() { return handles_; }
 
  private:
   void ThreadMain(Settings settings, MPI_Comm parent);
-  // One pass of the loop: take the queue, run a round of every process set and execute what is ready.
-  // Needs driver_. periodic: called by the background thread's cycle (skipped if a round just ran).
-  // Returns false once a round agreed to shut down.
-  bool Iterate(bool periodic);
-  bool TryProgress();  // Iterate if no other thread drives; false if it could not
-  void EndDriving(bool teardown);
-  bool teardown_due_locked();
-  // Whether a request just enqueued by this thread should wake the background thread (see CallerPattern).
-  bool NeedsWake(int64_t single_handle, Clock::time_point now);
+  // One pass of the background thread's loop: take the queue, run a round of every process set and
+  // execute what is ready. Returns false once a round agreed to shut down.
+  bool Iterate();
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
   void Distribute(std::vector<Entry> &fresh);
@@ -108,8 +102,6 @@ class Core {
   Clock::time_point last_enqueue_;
   // Woken for async work, the background thread starts the round once no request came for this long.
   static constexpr auto kCoalesce = std::chrono::microseconds(200);
-  bool driving_ = false;       // some thread holds driver_ for a round: the background thread need not wake
-  bool teardown_due_ = false;  // a round agreed to shut down: the background thread tears down
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;
@@ -121,10 +113,7 @@ class Core {
   int32_t next_group_id_ = 1;
   std::thread thread_;
 
-  // Owned by whichever thread holds driver_: the background thread, or a caller waiting on a handle
-  // (MPI_THREAD_MULTIPLE only). Every MPI call of the core happens under it.
-  std::mutex driver_;
-  bool caller_progress_ = false;
+  // Owned by the background thread, the only thread of the core that calls MPI.
   std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
   Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
   void set_cycle(double ms);

@@ -3,7 +3,6 @@
 #include <sstream>
 
 #include "logging.h"
-#include "mpi_wait.h"
 
 namespace hvdlite {
 namespace {
@@ -134,9 +133,7 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input.shutting_down ? 0 : kNotShuttingDown) |
             (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0);
 
-  MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, set.comm, &request);
-  WaitPolitely(&request);  // peers may still be computing: do not spin on their cores
+  MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, set.comm);
 
   RoundResult result;
   result.shutdown = !(bits[0] & kNotShuttingDown);

@@ -4,7 +4,6 @@
 #include <climits>
 
 #include "../mpi_types.h"
-#include "../mpi_wait.h"
 
 namespace hvdlite {
 
@@ -23,11 +22,7 @@ void MpiAllreduce::RunFrom(const CommContext &ctx, const void *input, void *outp
     int n = static_cast<int>(std::min(kMaxCount, count - start));
     void *out = static_cast<uint8_t *>(output) + start * element;
     const void *in = input == output ? MPI_IN_PLACE : static_cast<const uint8_t *>(input) + start * element;
-    // Nonblocking and waited on politely: when the peer is late (its thread has no core yet), this
-    // rank's busy-polling would only delay it further.
-    MPI_Request request;
-    MPI_Iallreduce(in, out, n, datatype, mpi_op, ctx.comm, &request);
-    WaitPolitely(&request);
+    MPI_Allreduce(in, out, n, datatype, mpi_op, ctx.comm);
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../mpi_wait.h"
 #include "../reduce_kernels.h"
 
 namespace hvdlite {
@@ -35,15 +34,12 @@ void RingAllreduce::Exchange(const CommContext &ctx, const uint8_t *send, int64_
   if (reduce) {
     // Reduce segment k while segments k+1.. are still arriving.
     for (size_t k = 0; k < recv_requests_.size(); ++k) {
-      // The first segment may wait for a late peer: politely (see mpi_wait.h); the rest follow at once.
-      if (k == 0) WaitPolitely(&recv_requests_[k]);
-      else MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE);
+      MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE);
       int64_t offset = static_cast<int64_t>(k) * segment;
       int64_t bytes = std::min(segment, recv_bytes - offset);
       ReduceTo(recv + offset, reduce_with + offset, scratch_.data() + offset, bytes / element, dtype, op);
     }
   } else {
-    if (!recv_requests_.empty()) WaitPolitely(&recv_requests_[0]);
     MPI_Waitall(static_cast<int>(recv_requests_.size()), recv_requests_.data(), MPI_STATUSES_IGNORE);
   }
   MPI_Waitall(static_cast<int>(send_requests_.size()), send_requests_.data(), MPI_STATUSES_IGNORE);
