@@ -5,6 +5,7 @@ frees the handle; ``poll(handle)`` tells whether it finished.
 """
 import itertools
 import pickle
+import warnings
 
 import numpy as np
 
@@ -18,17 +19,29 @@ _pending = {}  # int handle -> (Handle, function turning it into the result)
 _handle_ids = itertools.count(1)
 
 
-def resolve_op(op, average, default=Average):
-    """Horovod's rule: ``average`` is a deprecated alias of ``op``; giving both is an error."""
-    if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average; please provide only one of them.")
-    if op is None:
-        op = default if average is None else (Average if average else Sum)
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule: ``op`` wins; the deprecated ``average`` maps True/False to Average/Sum; default Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def check_op(op):
     if op == Adasum:
-        raise NotImplementedError("Adasum is not implemented in hvdlite; use Average or Sum.")
+        raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet; use Average or Sum.")
     if op not in (Average, Sum, Min, Max, Product):
         raise ValueError(f"unknown reduce op {op!r}")
     return op
+
+
+def resolve_op(op, average):
+    return check_op(handle_average_backwards_compatibility(op, average))
 
 
 def dtype_name(array):

@@ -28,15 +28,7 @@ _not_converted = tf.autograph.experimental.do_not_convert
 _REDUCE_OPS = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's rule: ``op`` wins; the deprecated ``average`` maps True/False to Average/Sum; default Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        return Average if average else Sum
-    return Average
+handle_average_backwards_compatibility = core_ops.handle_average_backwards_compatibility  # Horovod's rule
 
 
 def _check_op(op):

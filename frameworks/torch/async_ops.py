@@ -3,7 +3,6 @@
 ``synchronize(handle)`` (in handles.py) waits and returns the result. These functions are not differentiable;
 mpi_ops.py builds the differentiable synchronous API on top of them.
 """
-import warnings
 
 import torch
 
@@ -17,25 +16,9 @@ Average, Sum, Adasum, Min, Max, Product = (core_ops.Average, core_ops.Sum, core_
                                            core_ops.Max, core_ops.Product)
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Resolves the deprecated ``average`` flag against ``op`` as Horovod does (default: Average)."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
-
-
-def check_op(op):
-    if op == Adasum:
-        raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet.")
-    if op not in (Average, Sum, Min, Max, Product):
-        raise ValueError(f"unknown reduce op {op!r}")
-    return op
+# Horovod's op/average rule and op check live in the core, shared by every adapter.
+handle_average_backwards_compatibility = core_ops.handle_average_backwards_compatibility
+check_op = core_ops.check_op
 
 
 set_auto_name = auto_name  # the core counts generated names per process set
