@@ -297,10 +297,12 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // A burst of submissions (a step's gradients, submitted async one after another) goes out as one
       // round, and so fuses: start once no request has come for kCoalesce, or a cycle after the first.
       const auto woken = Clock::now();
-      while (!shutdown_requested_ && !queue_.empty()) {
+      // A caller that waits on a handle ends the window at once: nothing more is coming from it, and a
+      // synchronous request must not pay the window.
+      while (!queue_.empty() && !shutdown_requested_ && callers_waiting_ == 0) {
         const auto settled = last_enqueue_ + kCoalesce;
         if (Clock::now() >= settled || Clock::now() - woken >= cycle()) break;
-        work_cv_.wait_until(lock, settled, [&] { return shutdown_requested_; });
+        work_cv_.wait_until(lock, settled, [&] { return shutdown_requested_ || callers_waiting_ > 0; });
       }
     }
     if (!Iterate()) break;
@@ -308,7 +310,18 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   TearDown();
 }
 
-int Core::Wait(int64_t handle) { return handles_.Wait(handle); }
+int Core::Wait(int64_t handle) {
+  if (handles_.Poll(handle) != 0) return handles_.Wait(handle);  // done (or unknown): no need to hurry anyone
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++callers_waiting_;
+  }
+  work_cv_.notify_one();  // ends a coalescing window the background thread may be in
+  int state = handles_.Wait(handle);
+  std::lock_guard<std::mutex> lock(mutex_);
+  --callers_waiting_;
+  return state;
+}
 
 bool Core::Iterate() {
   bool shutting_down;

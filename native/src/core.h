@@ -102,6 +102,7 @@ class Core {
   Clock::time_point last_enqueue_;
   // Woken for async work, the background thread starts the round once no request came for this long.
   static constexpr auto kCoalesce = std::chrono::microseconds(200);
+  int callers_waiting_ = 0;  // threads blocked in Wait: the coalescing window ends for them
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;
