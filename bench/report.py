@@ -72,10 +72,17 @@ def torch_block(result):
 
 
 def tf_block(result):
-    text = "```\n" + json.dumps(result.get("results", result), indent=1)[:3000] + "\n```"
-    if "table" in result:
-        text = result["table"]
-    return text
+    results = result.get("results", [])
+    by_name = {r.get("framework"): r for r in results}
+    base = by_name.get("mwms-loop")
+    lines = ["| job | samples/s | x MultiWorkerMirroredStrategy |", "|---|---:|---:|"]
+    for r in results:
+        ratio = f"{r['samples_per_second'] / base['samples_per_second']:.2f}" if base else ""
+        lines.append(f"| {r.get('framework')} | {r.get('samples_per_second', 0):.1f} | {ratio} |")
+    settings = result.get("settings", {})
+    return "\n".join(lines) + (f"\n\n- command: `python bench/tf_synthetic.py --json bench/results/tf_synthetic.json` "
+                               f"(model {settings.get('model', '?')}, batch {settings.get('batch_size', '?')} per "
+                               f"process, {settings.get('np', '?')} processes)")
 
 
 def autotune_block(result):
