@@ -117,10 +117,10 @@ def plot_all(results):
 
 
 def replace_block(text, name, body):
-    pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(\n<!-- /bench:{name} -->)", re.S)
+    pattern = re.compile(rf"(<!-- bench:{name} -->\n)(?:.*?\n)?(<!-- /bench:{name} -->)", re.S)
     if not pattern.search(text):
         return text
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
 
 
 def main():
