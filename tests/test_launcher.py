@@ -13,6 +13,7 @@ import hvdlite.run
 from hvdlite.run.arguments import parse_args
 from hvdlite.run.command import abort_on_exception, build_command
 from hvdlite.run.hosts import Host, parse_host_list, read_hostfile
+from hvdlite.run.job import processes_with_environment
 from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
 
 PYTHON = sys.executable
@@ -114,22 +115,7 @@ def _job_env(token, **extra):
 
 def _processes_with_token(token):
     """Live processes (not zombies) whose environment carries the test's token: ranks, proxies, mpiexec."""
-    needle = f"HVDLITE_TEST_TOKEN={token}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as stream:
-                if needle not in stream.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as stream:
-                if stream.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
+    return processes_with_environment("HVDLITE_TEST_TOKEN", token)
 
 
 def _write_script(tmp_path, body):

@@ -22,7 +22,12 @@ def new_job_id():
 
 def processes_of_job(job_id):
     """PIDs of live local processes whose environment carries JOB_MARKER=job_id (zombies excluded)."""
-    needle = f"{JOB_MARKER}={job_id}".encode()
+    return processes_with_environment(JOB_MARKER, job_id)
+
+
+def processes_with_environment(name, value):
+    """PIDs of live local processes (zombies excluded, this one too) whose environment has name=value."""
+    needle = f"{name}={value}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
