@@ -176,10 +176,7 @@ def plot(rows, path, nranks=None):
     right.set_ylabel("bus bandwidth (GB/s)")
     right.legend(fontsize=8)
     fig.suptitle(f"float32 all-reduce, {nranks or common.size()} ranks")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}", flush=True)
+    common.save_figure(fig, path)
 
 
 def main():

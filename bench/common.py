@@ -159,6 +159,14 @@ def write_json(path, payload):
     print(f"wrote {path}", flush=True)
 
 
+def save_figure(fig, path, dpi=110):
+    """Writes a matplotlib figure to path (creating its folder) and says so."""
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    print(f"wrote {path}", flush=True)
+
+
 def verdict(ok):
     return "PASS" if ok else "FAIL"
 

@@ -80,10 +80,7 @@ def plot(result, path):
     ax.set_ylabel("ms (median)")
     ranks = result.get("machine", {}).get("ranks", common.size())
     ax.set_title(f"{result['count']} x {human_bytes(result['bytes_each'])} all-reduces, {ranks} ranks")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}", flush=True)
+    common.save_figure(fig, path)
 
 
 def main():
