@@ -131,6 +131,9 @@ SETTINGS = (
     Setting("auto_ring_min_bytes", "HVDLITE_AUTO_RING_MIN_BYTES", None, 256 * 1024, "bytes",
             _parse_non_negative_int, "With auto, messages from this many bytes use the ring, smaller ones "
             "MPI_Allreduce (measured: docs/benchmarks.md)", default_text="262144 (256 KiB)"),
+    Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
+            "Small all-reduces that repeat round after round travel inside the negotiation round, up to this "
+            "many bytes per round; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),
     Setting("log_level", "HVDLITE_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "choice", _choice_parser(LOG_LEVELS),
             "Log level", flag="--log-level", choices=LOG_LEVELS),
     Setting("timeline_path", "HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "", "path", _parse_text,
@@ -167,6 +170,7 @@ def to_native(ffi, settings=None):
     config.allreduce_algorithm = ALLREDUCE_ALGORITHMS.index(settings["allreduce_algorithm"])
     config.ring_segment_bytes = settings["ring_segment_bytes"]
     config.auto_ring_min_bytes = settings["auto_ring_min_bytes"]
+    config.eager_max_bytes = settings["eager_max_bytes"]
     config.log_level = LOG_LEVELS.index(settings["log_level"])
     config.timeline_mark_cycles = int(settings["timeline_mark_cycles"])
     config.autotune = int(settings["autotune"])

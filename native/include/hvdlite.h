@@ -68,6 +68,7 @@ typedef struct {
   int32_t timeline_mark_cycles;
   int32_t autotune;                 /* tune fusion threshold and cycle time online */
   const char *autotune_log;         /* CSV of autotune trials, NULL or "" for none */
+  int64_t eager_max_bytes;          /* small all-reduces carried by the negotiation round; 0 disables */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

@@ -16,17 +16,6 @@ int64_t RowElements(const std::vector<int64_t> &shape) {
   return n;
 }
 
-// Applies postscale and the average's division to a finished reduction.
-void Finish(void *out, const void *reduced, int64_t count, const Request &spec, int32_t set_size) {
-  bool average = spec.op == ReduceOp::kAverage;
-  if (IsFloatingPoint(spec.dtype)) {
-    ScaleCopy(out, reduced, count, spec.dtype, spec.postscale / (average ? set_size : 1));
-  } else {
-    if (out != reduced) std::memcpy(out, reduced, count * DataTypeSize(spec.dtype));
-    if (average) DivideIntegers(out, count, spec.dtype, set_size);
-  }
-}
-
 bool FitsInt(int64_t v) { return v <= INT_MAX; }
 
 }  // namespace
@@ -88,7 +77,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
       algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
     }
     Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
-    Finish(e.output, e.output, total, spec, ctx.size);
+    FinishReduction(e.output, e.output, total, spec.dtype, spec.op, spec.postscale, ctx.size);
     return "";
   }
 
@@ -112,7 +101,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   offset = 0;
   for (size_t i = 0; i < batch.parts.size(); ++i) {
     int64_t count = batch.parts[i]->spec.NumElements();
-    if (locals[i]) Finish(locals[i]->output, buffer + offset, count, spec, ctx.size);
+    if (locals[i]) FinishReduction(locals[i]->output, buffer + offset, count, spec.dtype, spec.op, spec.postscale, ctx.size);
     offset += count * static_cast<int64_t>(element);
   }
   Record(locals, "MEMCPY_OUT_FUSION_BUFFER", start);
@@ -202,7 +191,7 @@ std::string CollectiveExecutor::Reducescatter(const CommContext &ctx, const Resp
   const MpiTypes &types = GlobalMpiTypes();
   MPI_Reduce_scatter(send, local.output, counts.data(), types.Datatype(spec.dtype), types.Op(spec.dtype, spec.op),
                      ctx.comm);
-  Finish(local.output, local.output, counts[ctx.rank], spec, ctx.size);
+  FinishReduction(local.output, local.output, counts[ctx.rank], spec.dtype, spec.op, spec.postscale, ctx.size);
   return "";
 }
 

@@ -8,6 +8,7 @@
 #include "fusion_planner.h"
 #include "logging.h"
 #include "mpi_types.h"
+#include "reduce_kernels.h"
 #include "request_validation.h"
 
 namespace hvdlite {
@@ -361,7 +362,7 @@ bool Core::Iterate() {
   if (first_round_awake) ReceiveWakes(global.wakes_sent_to_me);
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
-  Execute(*sets_.at(0), global.ready);
+  Execute(*sets_.at(0), global);
   if (global.shutdown) return false;
   if (global.everyone_idle) {
     // Every rank saw the same result: all stop cycling together until one of them has work.
@@ -373,7 +374,7 @@ bool Core::Iterate() {
     }
     for (int32_t id : ids) {
       ProcessSet &set = *sets_.at(id);
-      Execute(set, NegotiateRound(set, settings_.negotiation, RoundInput{}).ready);
+      Execute(set, NegotiateRound(set, settings_.negotiation, RoundInput{}));
     }
   }
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
@@ -452,6 +453,7 @@ void Core::TearDown() {
   MPI_Comm_free(&wake_comm_);
   for (auto &[id, set] : sets_) {
     for (auto &[name, e] : set->pending) handles_.Fail(e.handle, kShutDownMessage);
+    set->eager.FreeMpiObjects();
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
   }
   sets_.clear();
@@ -507,8 +509,27 @@ void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64
   set.pending.erase(entry.request.name);  // entry is gone after this line
 }
 
-void Core::Execute(ProcessSet &set, const std::vector<Response> &ready) {
-  if (ready.empty()) return;
+void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
+  const bool record = timeline_.active();
+  for (const EagerResult &eager : done) {
+    const Request &spec = eager.response.spec;
+    round_allreduce_bytes_ += spec.NumElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
+    auto it = set.pending.find(spec.name);
+    if (it == set.pending.end()) continue;  // this rank joined: it only contributed zeros
+    Entry &e = it->second;
+    FinishReduction(e.output, eager.reduced, spec.NumElements(), spec.dtype, spec.op, spec.postscale, set.size);
+    if (record) {
+      timeline_.Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
+      timeline_.Record(spec.name, "EAGER_ALLREDUCE", e.negotiation_start, Clock::now());
+    }
+    Finish(set, e, "");
+  }
+}
+
+void Core::Execute(ProcessSet &set, const RoundResult &round) {
+  FinishEager(set, round.eager);
+  const std::vector<Response> &ready = round.ready;
+  if (ready.empty() && round.eager.empty()) return;
   auto lookup = [&](const std::string &name) -> Entry * {
     auto it = set.pending.find(name);
     return it == set.pending.end() ? nullptr : &it->second;
@@ -589,6 +610,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
         }
         handles_.Fail(e.handle, "process set " + std::to_string(id) + " was removed before tensor '" + name + "' ran");
       }
+      set.eager.FreeMpiObjects();
       if (set.member()) MPI_Comm_free(&set.comm);
       sets_.erase(target);
     }

@@ -73,7 +73,9 @@ class Core {
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
   void Distribute(std::vector<Entry> &fresh);
-  void Execute(ProcessSet &set, const std::vector<Response> &ready);
+  // Finishes what the round completed eagerly, then runs what it made ready.
+  void Execute(ProcessSet &set, const RoundResult &round);
+  void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "logging.h"
+#include "reduce_kernels.h"
 
 namespace hvdlite {
 namespace {
@@ -89,9 +90,13 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   const int32_t capacity = set.cache.capacity();
   const int32_t words = (capacity + 63) / 64;
   const int32_t rank_words = (set.size + 63) / 64;
-  // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank].
+  // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank], then
+  // the eager payload (eager_allreduce.h).
+  set.eager.Layout(set.cache, settings.eager_max_bytes);
+  const int32_t header_words = 1 + 2 * words + 2 + rank_words;
   std::vector<uint64_t> &bits = set.round_bits;
-  bits.assign(1 + 2 * words + 2 + rank_words, 0);
+  bits.assign(header_words + set.eager.payload_words(), 0);
+  uint8_t *payload = reinterpret_cast<uint8_t *>(bits.data() + header_words);
   uint64_t *ready = bits.data() + 1;
   uint64_t *valid = ready + words;
   uint64_t *coordinator = valid + words;
@@ -121,9 +126,13 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
     } else {
       e.state = Entry::State::kCached;
       SetBit(ready, bit);
+      if (const EagerSlot *slot = set.eager.Find(bit)) {
+        ScaleCopy(payload + slot->offset_bytes, e.input, slot->count, slot->dtype, e.request.prescale);
+      }
     }
   }
-  if (set.joined) {  // a joined rank is ready for every cached allreduce: it contributes zeros
+  // A joined rank is ready for every cached allreduce: it contributes zeros (its eager slots stay zero).
+  if (set.joined) {
     for (int32_t bit = 0; bit < capacity; ++bit) {
       if (set.cache.Used(bit) && set.cache.Get(bit).spec.collective == Collective::kAllreduce) SetBit(ready, bit);
     }
@@ -133,7 +142,11 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input.shutting_down ? 0 : kNotShuttingDown) |
             (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0);
 
-  MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, set.comm);
+  if (set.eager.payload_words() > 0) {
+    set.eager.Allreduce(bits.data(), header_words, set.comm);
+  } else {
+    MPI_Allreduce(MPI_IN_PLACE, bits.data(), header_words, MPI_UINT64_T, MPI_BAND, set.comm);
+  }
 
   RoundResult result;
   result.shutdown = !(bits[0] & kNotShuttingDown);
@@ -157,13 +170,21 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
       ClearBit(ready, bit);
     }
   }
+  std::vector<int32_t> &ready_bits = set.round_ready_bits;
+  ready_bits.clear();
   for (int32_t w = 0; w < words && !everyone_joined; ++w) {
     for (uint64_t word = ready[w]; word; word &= word - 1) {
       int32_t bit = w * 64 + __builtin_ctzll(word);
       set.cache.Touch(bit);
-      result.ready.push_back(set.cache.Get(bit));
+      ready_bits.push_back(bit);
+      if (const EagerSlot *slot = set.eager.Find(bit)) {
+        result.eager.push_back(EagerResult{set.cache.Get(bit), payload + slot->offset_bytes});
+      } else {
+        result.ready.push_back(set.cache.Get(bit));
+      }
     }
   }
+  set.eager.Observe(ready_bits);
   if (!(bits[0] & kNoSlowPathWork)) {
     std::vector<Response> slow = SlowPath(set, now);
     result.ready.insert(result.ready.end(), std::make_move_iterator(slow.begin()), std::make_move_iterator(slow.end()));

@@ -17,6 +17,7 @@ namespace hvdlite {
 struct NegotiationSettings {
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;
+  int64_t eager_max_bytes = 64 << 10;  // payload of predicted small all-reduces per round; 0: none
 };
 
 // What this rank brings to a round besides its pending requests.
@@ -29,8 +30,16 @@ struct RoundInput {
   uint64_t coordinator_words[2] = {~uint64_t{0}, ~uint64_t{0}};
 };
 
+// An all-reduce that the round itself completed (eager_allreduce.h): the reduced values, before
+// postscale and the average's division, valid until the set's next round.
+struct EagerResult {
+  Response response;
+  const uint8_t *reduced;
+};
+
 struct RoundResult {
   std::vector<Response> ready;  // cached responses first (bit order), then the slow path's
+  std::vector<EagerResult> eager;
   bool shutdown = false;        // some rank asked to shut down (global set only)
   bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
   int32_t wakes_sent_to_me = 0; // wake messages that other ranks sent this rank before the round

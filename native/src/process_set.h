@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator.h"
+#include "eager_allreduce.h"
 #include "messages.h"
 #include "response_cache.h"
 
@@ -54,7 +55,9 @@ struct ProcessSet {
   std::unique_ptr<Coordinator> coordinator;        // rank 0 of the set only
   std::vector<Response> due_failures;              // coordinator: stalled names to fail next round
   Clock::time_point last_stall_check;
-  std::vector<uint64_t> round_bits;                // the fast path's bit vector, reused every round
+  std::vector<uint64_t> round_bits;                // the fast path's bit vector (+ eager payload), reused
+  std::vector<int32_t> round_ready_bits;           // cache bits ready everywhere in the last round
+  EagerPlan eager;
   bool joined = false;                             // this rank called join and waits for the others
 };
 

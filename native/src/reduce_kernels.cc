@@ -210,4 +210,15 @@ void DivideIntegers(void *buffer, int64_t count, DataType dtype, int64_t divisor
   }
 }
 
+void FinishReduction(void *out, const void *reduced, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                     int32_t set_size) {
+  const bool average = op == ReduceOp::kAverage;
+  if (IsFloatingPoint(dtype)) {
+    ScaleCopy(out, reduced, count, dtype, postscale / (average ? set_size : 1));
+  } else {
+    if (out != reduced) std::memcpy(out, reduced, count * DataTypeSize(dtype));
+    if (average) DivideIntegers(out, count, dtype, set_size);
+  }
+}
+
 }  // namespace hvdlite

@@ -16,6 +16,11 @@ void ReduceTo(void *dst, const void *a, const void *b, int64_t count, DataType d
 // (negotiation rejects non-unit scale factors for them).
 void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor);
 
+// out = reduced with postscale and the average's division applied (once, after the reduction); out may
+// equal reduced.
+void FinishReduction(void *out, const void *reduced, int64_t count, DataType dtype, ReduceOp op, double postscale,
+                     int32_t set_size);
+
 // Integer average: dst[i] /= divisor, truncating toward zero.
 void DivideIntegers(void *buffer, int64_t count, DataType dtype, int64_t divisor);
 

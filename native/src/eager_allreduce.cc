@@ -1,0 +1,81 @@
+#include "eager_allreduce.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "reduce_kernels.h"
+#include "response_cache.h"
+
+namespace hvdlite {
+namespace {
+
+// The plan whose Allreduce is running: MPI calls the user op without context, and only the background
+// thread runs rounds, one at a time.
+const EagerPlan *g_running = nullptr;
+int32_t g_running_header_words = 0;
+
+}  // namespace
+
+void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
+  for (const EagerSlot &slot : slots_) slot_of_bit_[slot.bit] = -1;
+  slots_.clear();
+  slot_of_bit_.resize(cache.capacity(), -1);
+  int64_t offset = 0;
+  for (int32_t bit : predicted_) {
+    if (bit >= cache.capacity() || !cache.Used(bit)) continue;
+    const Request &spec = cache.Get(bit).spec;
+    if (spec.collective != Collective::kAllreduce) continue;
+    const int64_t count = spec.NumElements();
+    const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(spec.dtype));
+    if (offset + bytes > max_bytes) continue;
+    slot_of_bit_[bit] = static_cast<int32_t>(slots_.size());
+    slots_.push_back(EagerSlot{bit, offset, count, spec.dtype, spec.op});
+    offset += (bytes + 7) / 8 * 8;
+  }
+  payload_words_ = offset / 8;
+}
+
+void EagerPlan::Reduce(void *in, void *inout, int *len, MPI_Datatype *) {
+  const EagerPlan &plan = *g_running;
+  const int64_t element_words = g_running_header_words + plan.payload_words_;
+  for (int element = 0; element < *len; ++element) {
+    const uint64_t *src = static_cast<const uint64_t *>(in) + element * element_words;
+    uint64_t *dst = static_cast<uint64_t *>(inout) + element * element_words;
+    for (int32_t w = 0; w < g_running_header_words; ++w) dst[w] &= src[w];
+    const uint8_t *src_payload = reinterpret_cast<const uint8_t *>(src + g_running_header_words);
+    uint8_t *dst_payload = reinterpret_cast<uint8_t *>(dst + g_running_header_words);
+    for (const EagerSlot &slot : plan.slots_) {
+      ReduceInto(dst_payload + slot.offset_bytes, src_payload + slot.offset_bytes, slot.count, slot.dtype, slot.op);
+    }
+  }
+}
+
+void EagerPlan::Allreduce(uint64_t *buffer, int32_t header_words, MPI_Comm comm) {
+  const int64_t words = header_words + payload_words_;
+  if (type_ == MPI_DATATYPE_NULL || type_words_ != words) {
+    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+    MPI_Type_contiguous(static_cast<int>(words), MPI_UINT64_T, &type_);
+    MPI_Type_commit(&type_);
+    type_words_ = words;
+  }
+  if (op_ == MPI_OP_NULL) MPI_Op_create(&EagerPlan::Reduce, /*commute=*/1, &op_);
+  g_running = this;
+  g_running_header_words = header_words;
+  MPI_Allreduce(MPI_IN_PLACE, buffer, 1, type_, op_, comm);
+  g_running = nullptr;
+}
+
+void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
+  predicted_.clear();
+  std::set_intersection(ready_bits.begin(), ready_bits.end(), previous_.begin(), previous_.end(),
+                        std::back_inserter(predicted_));
+  previous_ = ready_bits;
+}
+
+void EagerPlan::FreeMpiObjects() {
+  if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  if (op_ != MPI_OP_NULL) MPI_Op_free(&op_);
+  type_words_ = 0;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,132 @@
+"""All-reduces that repeat round after round, so the eager path (native/src/eager_allreduce.h) carries
+them inside the negotiation round, checked on every rank against float64 references; with missed
+predictions (a late rank), a reshaped tensor, a joined rank and a process set.
+
+argv: label, then what the timeline must show: "eager" (most predictable rounds went eager), "eager-some"
+(at least one did) or "no-eager" (none). HVDLITE_TIMELINE must be set.
+Prints 'WORKER OK' per rank on success.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import hvdlite as hvd
+from reference import DTYPES, check_close, rank_input, reduce_reference
+
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+REPEATS = 6
+
+
+def same_bytes_everywhere(array, what):
+    everyone = hvd.allgather_object(np.ascontiguousarray(array).tobytes())
+    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
+
+
+def check_repeated(rank, size):
+    # One name, synchronous, again and again: from the third round on it is predicted and rides along.
+    for dtype in DTYPES:
+        for op_name, op in OPS.items():
+            for n in (1, 13, 1000):
+                floating = dtype.startswith("float") or dtype == "bfloat16"
+                scales = (0.5, 3.0) if floating and n == 13 and op_name == "sum" else (1.0, 1.0)
+                name = f"eager.{dtype}.{op_name}.{n}"
+                for step in range(REPEATS):
+                    x = rank_input(dtype, (n,), rank, op_name, (name, step))
+                    got = hvd.allreduce(x, name=name, op=op, prescale_factor=scales[0], postscale_factor=scales[1])
+                    inputs = [rank_input(dtype, (n,), r, op_name, (name, step)) for r in range(size)]
+                    check_close(name, got, reduce_reference(inputs, op_name, *scales), dtype, f"step {step}")
+                same_bytes_everywhere(got, name)
+
+
+def check_burst(rank, size):
+    # Several tensors per round, one of them too big for the payload: the rest share it, each at its offset.
+    shapes = {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.big": (20000,), "burst.d": (7,)}
+    for step in range(8):
+        handles = []
+        for name, shape in shapes.items():
+            dtype = "int32" if name == "burst.d" else "float32"
+            x = rank_input(dtype, shape, rank, "sum", (name, step))
+            handles.append((name, dtype, shape, hvd.allreduce_async(x, name=name, op=hvd.Sum)))
+        for name, dtype, shape, handle in handles:
+            got = hvd.synchronize(handle)
+            inputs = [rank_input(dtype, shape, r, "sum", (name, step)) for r in range(size)]
+            assert got.shape == shape
+            check_close(name, got, reduce_reference(inputs, "sum"), dtype, f"burst step {step}")
+
+
+def check_late_rank(rank, size):
+    # The last rank is late now and then: the others' rounds predict the tensor but it is not ready
+    # everywhere, so those rounds discard the payload and the tensor goes the normal way.
+    for step in range(24):
+        if rank == size - 1 and step % 4 == 2:
+            time.sleep(0.005)
+        x = np.full(33, float(rank * 100 + step))
+        got = hvd.allreduce(x, name="late", op=hvd.Sum)
+        expected = sum(r * 100 + step for r in range(size))
+        assert np.array_equal(got, np.full(33, float(expected))), (step, got[:3])
+
+
+def check_reshaped(rank, size):
+    # The same name with a new shape: the cached agreement (and the slot planned for it) is dropped.
+    for step in range(10):
+        n = 10 if step < 5 else 12
+        got = hvd.allreduce(np.arange(n, dtype=np.float64) * (rank + 1), name="reshaped", op=hvd.Sum)
+        assert np.array_equal(got, np.arange(n) * sum(range(1, size + 1))), (step, got)
+
+
+def check_join(rank, size):
+    # The last rank joins early; its eager slots contribute zeros.
+    steps = 3 if rank == size - 1 else 9
+    for step in range(steps):
+        got = hvd.allreduce(np.full(5, float(rank + 1)), name="joined.sum", op=hvd.Sum)
+        ranks = range(size) if step < 3 else range(size - 1)
+        assert np.array_equal(got, np.full(5, float(sum(r + 1 for r in ranks)))), (step, got)
+    assert hvd.join() >= 0
+
+
+def check_process_set(rank, size):
+    members = [0, 1] if size > 2 else [1]  # with 2 ranks: a set of one, where the round reduces nothing
+    ps = hvd.add_process_set(members)
+    if ps.included():
+        for step in range(REPEATS):
+            got = hvd.allreduce(np.full(4, rank + step, dtype=np.float32), name="ps.eager", op=hvd.Sum,
+                                process_set=ps)
+            expected = sum(r + step for r in members)
+            assert np.array_equal(got, np.full(4, expected, dtype=np.float32)), (step, got)
+    assert hvd.remove_process_set(ps)
+
+
+def eager_events(path):
+    with open(path) as f:
+        events = json.load(f)
+    return sum(1 for e in events if e.get("ph") == "X" and e.get("name") == "EAGER_ALLREDUCE")
+
+
+def main():
+    expect = sys.argv[2]
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    check_repeated(rank, size)
+    check_burst(rank, size)
+    check_late_rank(rank, size)
+    check_reshaped(rank, size)
+    check_process_set(rank, size)
+    check_join(rank, size)
+    hvd.shutdown()  # flushes the timeline (rank 0 writes it)
+    if rank == 0:
+        count = eager_events(os.environ["HVDLITE_TIMELINE"])
+        # check_repeated alone has 9 dtypes x 5 ops x 3 sizes x (REPEATS - 2) predictable rounds.
+        if expect == "eager":
+            assert count >= 9 * 5 * 3 * (REPEATS - 2) // 2, f"only {count} eager all-reduces"
+        elif expect == "eager-some":
+            assert count > 0, "no eager all-reduce"
+        else:
+            assert count == 0, f"{count} eager all-reduces with eager off"
+    print(f"rank {rank}: WORKER OK {sys.argv[1:]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
