@@ -11,7 +11,7 @@ import numpy as np
 
 from .basics import _require_init
 from .process_sets import global_process_set
-from .requests import Collective, Request, auto_name, submit, submit_group
+from .requests import Collective, Request, address, auto_name, dtype_name, run, submit, submit_group
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 
@@ -44,14 +44,14 @@ def resolve_op(op, average):
     return check_op(handle_average_backwards_compatibility(op, average))
 
 
-def dtype_name(array):
-    name = array.dtype.name
-    return "bool" if name == "bool" else name
-
-
 def reducescatter_rows(dim0, set_size, set_rank):
     """Rows a rank receives from reducescatter: the first dim0 % size ranks get one extra."""
     return dim0 // set_size + (1 if set_rank < dim0 % set_size else 0)
+
+
+def _submitted(request_and_finish):
+    request, finish = request_and_finish
+    return submit(request), finish
 
 
 def _track(handle, finish):
@@ -75,6 +75,15 @@ def synchronize(handle_id):
         handle.release()
 
 
+def _run(request, finish):
+    """A synchronous collective: one call submits and waits (no coalescing window); returns finish(handle)."""
+    handle = run(request)
+    try:
+        return finish(handle)
+    finally:
+        handle.release()
+
+
 def _core_output(handle, dtype):
     shape = handle.output_shape()
     return handle.output_buffer().view(dtype).reshape(shape).copy()
@@ -83,8 +92,8 @@ def _core_output(handle, dtype):
 def _allreduce_request(array, name, op, prescale_factor, postscale_factor, process_set):
     array = np.ascontiguousarray(array)
     output = np.empty_like(array)
-    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set), dtype_name(array), array.shape,
-                      array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
+    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set), dtype_name(array.dtype),
+                      array.shape, address(array), address(output), op, prescale_factor, postscale_factor,
                       process_set=process_set, keepalive=(array, output))
     return request, output
 
@@ -100,7 +109,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Reduces tensor over all ranks of the process set; returns a new array."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    _require_init()
+    op = resolve_op(op, average)
+    request, output = _allreduce_request(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _run(request, lambda handle: output)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -138,56 +150,68 @@ class _GroupHandle:
             h.release()
 
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
+def _allgather_request(tensor, name, process_set):
     _require_init()
     array = np.ascontiguousarray(tensor)
     if array.ndim == 0:
         array = array.reshape(1)
-    request = Request(Collective.ALLGATHER, name or auto_name("allgather", process_set), dtype_name(array), array.shape,
-                      array.ctypes.data, 0, process_set=process_set, keepalive=(array,))
-    return _track(submit(request), lambda handle: _core_output(handle, array.dtype))
+    request = Request(Collective.ALLGATHER, name or auto_name("allgather", process_set), dtype_name(array.dtype),
+                      array.shape, address(array), 0, process_set=process_set, keepalive=(array,))
+    return request, lambda handle: _core_output(handle, array.dtype)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _track(*_submitted(_allgather_request(tensor, name, process_set)))
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    return _run(*_allgather_request(tensor, name, process_set))
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+def _broadcast_request(tensor, root_rank, name, process_set):
     _require_init()
     array = np.ascontiguousarray(tensor)
     output = np.empty_like(array)
-    request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array), array.shape,
-                      array.ctypes.data, output.ctypes.data, root_rank=root_rank, process_set=process_set,
+    request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array.dtype),
+                      array.shape, address(array), address(output), root_rank=root_rank, process_set=process_set,
                       keepalive=(array, output))
-    return _track(submit(request), lambda handle: output)
+    return request, lambda handle: output
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _track(*_submitted(_broadcast_request(tensor, root_rank, name, process_set)))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's tensor on every rank."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return _run(*_broadcast_request(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+def _alltoall_request(tensor, splits, name, process_set):
     _require_init()
     array = np.ascontiguousarray(tensor)
-    request = Request(Collective.ALLTOALL, name or auto_name("alltoall", process_set), dtype_name(array), array.shape,
-                      array.ctypes.data, 0, splits=None if splits is None else list(np.asarray(splits).ravel()),
+    request = Request(Collective.ALLTOALL, name or auto_name("alltoall", process_set), dtype_name(array.dtype),
+                      array.shape, address(array), 0,
+                      splits=None if splits is None else list(np.asarray(splits).ravel()),
                       process_set=process_set, keepalive=(array,))
 
     def finish(handle):
         output = _core_output(handle, array.dtype)
         return output if splits is None else (output, np.asarray(handle.received_splits(), dtype=np.int32))
-    return _track(submit(request), finish)
+    return request, finish
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    return _track(*_submitted(_alltoall_request(tensor, splits, name, process_set)))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows to rank i; returns the received rows (and, with splits, how many came from each)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return _run(*_alltoall_request(tensor, splits, name, process_set))
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0):
+def _reducescatter_request(tensor, name, op, process_set, prescale_factor, postscale_factor):
     _require_init()
     op = resolve_op(op, None)
     array = np.ascontiguousarray(tensor)
@@ -195,23 +219,29 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     rows = reducescatter_rows(array.shape[0], process_set.size(), process_set.rank())
     output = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
-    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter", process_set), dtype_name(array), array.shape,
-                      array.ctypes.data, output.ctypes.data, op, prescale_factor, postscale_factor,
-                      process_set=process_set, keepalive=(array, output))
-    return _track(submit(request), lambda handle: output)
+    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter", process_set),
+                      dtype_name(array.dtype), array.shape, address(array), address(output), op, prescale_factor,
+                      postscale_factor, process_set=process_set, keepalive=(array, output))
+    return request, lambda handle: output
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    return _track(*_submitted(_reducescatter_request(tensor, name, op, process_set, prescale_factor,
+                                                     postscale_factor)))
 
 
 def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces over ranks and leaves each rank its slice of rows."""
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+    return _run(*_reducescatter_request(tensor, name, op, process_set, prescale_factor, postscale_factor))
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the process set has reached it."""
     _require_init()
     request = Request(Collective.BARRIER, auto_name("barrier", process_set), "uint8", (), process_set=process_set)
-    synchronize(_track(submit(request), lambda handle: None))
+    _run(request, lambda handle: None)
 
 
 def join(process_set=global_process_set):
@@ -219,7 +249,7 @@ def join(process_set=global_process_set):
     others' allreduces. Returns the rank that joined last."""
     _require_init()
     request = Request(Collective.JOIN, "__hvdlite.join", "uint8", (), process_set=process_set)
-    return synchronize(_track(submit(request), lambda handle: handle.result()))
+    return _run(request, lambda handle: handle.result())
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

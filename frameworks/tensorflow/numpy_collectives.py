@@ -6,35 +6,11 @@ waits on every handle with the GIL released, and frees the core's memory before 
 What costs: inputs are read in place (no copy); outputs are fresh 64-byte-aligned arrays (the core writes
 into them directly, except allgather/alltoall whose result is copied once out of the core's memory).
 """
-import ml_dtypes
 import numpy as np
 
 from hvdlite import ops as core_ops
 from hvdlite.errors import HvdliteError
-from hvdlite.requests import Collective, Request, submit, submit_group
-
-_DTYPE_NAMES = {
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.int8): "int8",
-    np.dtype(np.int16): "int16",
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.float16): "float16",
-    np.dtype(ml_dtypes.bfloat16): "bfloat16",
-    np.dtype(np.float32): "float32",
-    np.dtype(np.float64): "float64",
-    np.dtype(np.bool_): "bool",
-}
-
-
-def dtype_name(dtype):
-    """The core's name for a NumPy dtype; TypeError for one the core does not carry."""
-    try:
-        return _DTYPE_NAMES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"hvdlite collectives do not support dtype {np.dtype(dtype)}; supported: "
-                        f"{', '.join(sorted(_DTYPE_NAMES.values()))}") from None
-
+from hvdlite.requests import Collective, Request, dtype_name, run, submit_group
 
 def aligned_empty(shape, dtype, alignment=64):
     """An uninitialised array whose data starts on a 64-byte boundary, as TensorFlow's kernels expect of
@@ -60,7 +36,12 @@ def _contiguous(array):
 def _run(requests):
     """Submits the requests as one group and waits for all of them; raises the first failure after every
     handle is done and released, so that no handle outlives the call."""
-    handles = [submit(requests[0])] if len(requests) == 1 else submit_group(requests)
+    if len(requests) == 1:  # one call submits and waits: no coalescing window
+        try:
+            return [run(requests[0])], None
+        except HvdliteError as error:
+            return [], error
+    handles = submit_group(requests)
     failure = None
     for handle in handles:
         try:

@@ -119,8 +119,10 @@ int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t ca
 
 int hvdlite_process_set_rank(int32_t process_set_id) { return Core::Get().ProcessSetRank(process_set_id); }
 
-int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error,
-                          int error_len) {
+namespace {
+
+int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error, int error_len,
+                 bool wait) {
   std::vector<Entry> entries(std::max(0, count));
   std::string message;
   for (int32_t i = 0; i < count; ++i) {
@@ -129,9 +131,22 @@ int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlit
       return -1;
     }
   }
-  int code = Core::Get().Enqueue(std::move(entries), handles, &message);
-  if (code != 0) CopyError(message, error, error_len);
+  Core &core = Core::Get();
+  int code = wait ? core.EnqueueAndWait(std::move(entries), handles, &message)
+                  : core.Enqueue(std::move(entries), handles, &message);
+  if (code < 0) CopyError(message, error, error_len);
   return code;
+}
+
+}  // namespace
+
+int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error,
+                          int error_len) {
+  return EnqueueGroup(requests, count, handles, error, error_len, /*wait=*/false);
+}
+
+int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len) {
+  return EnqueueGroup(request, 1, handle, error, error_len, /*wait=*/true);
 }
 
 hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int error_len) {

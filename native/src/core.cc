@@ -78,6 +78,33 @@ Topology Core::topology() {
 
 int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error) {
   std::unique_lock<std::mutex> lock(mutex_);
+  int code = EnqueueLocked(entries, handles, error);
+  // One wake per batch of work: until the queue is taken, a wake already sent covers what follows.
+  bool wake = code == 0 && !wake_sent_;
+  wake_sent_ = wake_sent_ || code == 0;
+  lock.unlock();
+  if (wake) work_cv_.notify_one();
+  return code;
+}
+
+int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::string *error) {
+  const size_t count = entries.size();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int code = EnqueueLocked(entries, handles, error);
+    if (code != 0) return code;
+    ++callers_waiting_;  // before the wake: the background thread sees a waiter and skips the window
+    wake_sent_ = true;
+  }
+  work_cv_.notify_one();
+  int state = 0;
+  for (size_t i = 0; i < count; ++i) state |= handles_.Wait(handles[i]) != 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  --callers_waiting_;
+  return state;
+}
+
+int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
   if (!running_ || shutdown_requested_) {
     *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
     return -3;
@@ -135,11 +162,6 @@ int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *err
     in_flight_.insert(InFlightKey(set_id, e.request.name));
     queue_.push_back(std::move(e));
   }
-  // One wake per batch of work: until the queue is taken, a wake already sent covers what follows.
-  bool wake = !wake_sent_;
-  wake_sent_ = true;
-  lock.unlock();
-  if (wake) work_cv_.notify_one();
   return 0;
 }
 

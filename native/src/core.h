@@ -56,6 +56,10 @@ class Core {
 
   // Enqueues requests atomically (several: a group executed together). 0, or a negative code.
   int Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error);
+  // Enqueue, then Wait for every handle: the background thread starts at once, without a coalescing
+  // window and without a second wake-up. A negative code if nothing was enqueued, else 0 (all succeeded)
+  // or 1 (some failed: read the handles).
+  int EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::string *error);
   int64_t EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error);
   int ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks);
   int ProcessSetRank(int32_t id);
@@ -66,6 +70,7 @@ class Core {
   HandleTable &handles() { return handles_; }
 
  private:
+  int EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error);
   void ThreadMain(Settings settings, MPI_Comm parent);
   // One pass of the background thread's loop: take the queue, run a round of every process set and
   // execute what is ready. Returns false once a round agreed to shut down.
