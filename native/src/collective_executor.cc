@@ -1,5 +1,6 @@
 #include "collective_executor.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <numeric>
@@ -81,6 +82,25 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
     return "";
   }
 
+  // A fused batch for the ring, every tensor held here and no prescale: reduce the tensors where they are.
+  const bool all_local = std::find(locals.begin(), locals.end(), nullptr) == locals.end();
+  if (&algorithm == &ring_ && all_local && (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype))) {
+    pieces_.clear();
+    for (size_t i = 0; i < batch.parts.size(); ++i) {
+      const int64_t bytes = batch.parts[i]->spec.NumElements() * static_cast<int64_t>(element);
+      if (bytes > 0) pieces_.push_back(BufferPiece{static_cast<const uint8_t *>(locals[i]->input),
+                                                   static_cast<uint8_t *>(locals[i]->output), bytes});
+    }
+    auto start = Clock::now();
+    ring_.RunPieces(ctx, pieces_, total, spec.dtype, spec.op);
+    Record(locals, "RING_ALLREDUCE", start);
+    for (const BufferPiece &piece : pieces_) {
+      FinishReduction(piece.output, piece.output, piece.bytes / static_cast<int64_t>(element), spec.dtype, spec.op,
+                      spec.postscale, ctx.size);
+    }
+    return "";
+  }
+
   auto start = Clock::now();
   if (static_cast<int64_t>(fusion_buffer_.size()) < batch.total_bytes) fusion_buffer_.resize(batch.total_bytes);
   uint8_t *buffer = fusion_buffer_.data();
@@ -101,7 +121,9 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   offset = 0;
   for (size_t i = 0; i < batch.parts.size(); ++i) {
     int64_t count = batch.parts[i]->spec.NumElements();
-    if (locals[i]) FinishReduction(locals[i]->output, buffer + offset, count, spec.dtype, spec.op, spec.postscale, ctx.size);
+    if (locals[i]) {
+      FinishReduction(locals[i]->output, buffer + offset, count, spec.dtype, spec.op, spec.postscale, ctx.size);
+    }
     offset += count * static_cast<int64_t>(element);
   }
   Record(locals, "MEMCPY_OUT_FUSION_BUFFER", start);

@@ -1,6 +1,6 @@
-// Runs agreed collectives: copies fused inputs into the persistent fusion buffer (prescale), runs the
-// all-reduce algorithm chosen for the size, copies out (postscale, average), and the other collectives
-// over the set's communicator. Every rank calls it with the same batches in the same order.
+// Runs agreed collectives: a fused batch for the ring is reduced where its tensors are; others are copied
+// into the persistent fusion buffer (prescale), reduced by the algorithm chosen for the size and copied out
+// (postscale, average); and the other collectives over the set's communicator. Every rank calls it with the same batches in the same order.
 #pragma once
 #include <vector>
 
@@ -39,6 +39,7 @@ class CollectiveExecutor {
   RingAllreduce ring_;
   MpiAllreduce mpi_;
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
+  std::vector<BufferPiece> pieces_;     // a batch the ring reduces in place, reused
   std::vector<uint8_t> scratch_;
 };
 

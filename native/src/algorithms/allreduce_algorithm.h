@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "../types.h"
 
@@ -13,6 +14,14 @@ struct CommContext {
   MPI_Comm comm;
   int32_t rank;
   int32_t size;
+};
+
+// One tensor of a fused batch, as the ring sees the batch: tensors laid end to end in one virtual buffer,
+// each read from its own input and written to its own output (which may be the input).
+struct BufferPiece {
+  const uint8_t *input;
+  uint8_t *output;
+  int64_t bytes;
 };
 
 class AllreduceAlgorithm {

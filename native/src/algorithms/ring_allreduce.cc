@@ -7,42 +7,117 @@
 
 namespace hvdlite {
 
-void RingAllreduce::Exchange(const CommContext &ctx, const uint8_t *send, int64_t send_bytes, uint8_t *recv,
-                             int64_t recv_bytes, const uint8_t *reduce_with, DataType dtype, ReduceOp op) {
-  const bool reduce = reduce_with != nullptr;
+// Where byte ranges of the virtual buffer live: in one piece (a plain pointer) or across several (an
+// hindexed datatype over absolute addresses, sent from MPI_BOTTOM).
+class RingAllreduce::Layout {
+ public:
+  Layout(RingAllreduce &ring, const std::vector<BufferPiece> &pieces) : ring_(ring), pieces_(pieces) {
+    std::vector<int64_t> &begin = ring_.piece_begin_;
+    begin.resize(pieces.size() + 1);
+    begin[0] = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) begin[i + 1] = begin[i] + pieces[i].bytes;
+  }
+
+  struct Span {
+    void *address;
+    int count;
+    MPI_Datatype type;
+  };
+
+  Span Describe(int64_t begin, int64_t bytes, bool input) const {
+    size_t first = PieceAt(begin);
+    const int64_t offset = begin - ring_.piece_begin_[first];
+    if (offset + bytes <= pieces_[first].bytes) {
+      return Span{Address(first, input) + offset, static_cast<int>(bytes), MPI_BYTE};
+    }
+    ring_.block_lengths_.clear();
+    ring_.block_addresses_.clear();
+    for (size_t i = first; bytes > 0; ++i) {
+      const int64_t skip = i == first ? offset : 0;
+      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
+      if (take <= 0) continue;
+      ring_.block_lengths_.push_back(static_cast<int>(take));
+      ring_.block_addresses_.push_back(reinterpret_cast<MPI_Aint>(Address(i, input) + skip));
+      bytes -= take;
+    }
+    MPI_Datatype type;
+    MPI_Type_create_hindexed(static_cast<int>(ring_.block_lengths_.size()), ring_.block_lengths_.data(),
+                             ring_.block_addresses_.data(), MPI_BYTE, &type);
+    MPI_Type_commit(&type);
+    ring_.datatypes_.push_back(type);
+    return Span{MPI_BOTTOM, 1, type};
+  }
+
+  // output = input (op) received over [begin, begin + bytes), piece by piece.
+  void Reduce(int64_t begin, int64_t bytes, const uint8_t *received, DataType dtype, ReduceOp op) const {
+    const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+    for (size_t i = PieceAt(begin); bytes > 0; ++i) {
+      const int64_t skip = begin - ring_.piece_begin_[i];
+      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
+      if (take <= 0) continue;
+      ReduceTo(pieces_[i].output + skip, pieces_[i].input + skip, received, take / element, dtype, op);
+      received += take;
+      begin += take;
+      bytes -= take;
+    }
+  }
+
+ private:
+  size_t PieceAt(int64_t byte) const {  // the piece holding byte (the last one for the end)
+    const std::vector<int64_t> &begin = ring_.piece_begin_;
+    size_t i = std::upper_bound(begin.begin(), begin.end(), byte) - begin.begin();
+    return std::min(i == 0 ? 0 : i - 1, pieces_.size() - 1);
+  }
+  uint8_t *Address(size_t i, bool input) const {
+    return input ? const_cast<uint8_t *>(pieces_[i].input) : pieces_[i].output;
+  }
+
+  RingAllreduce &ring_;
+  const std::vector<BufferPiece> &pieces_;
+};
+
+void RingAllreduce::Exchange(const CommContext &ctx, const Layout &layout, int64_t send_begin, int64_t send_bytes,
+                             bool send_from_input, int64_t recv_begin, int64_t recv_bytes, bool reduce,
+                             DataType dtype, ReduceOp op) {
   const int right = (ctx.rank + 1) % ctx.size;
   const int left = (ctx.rank - 1 + ctx.size) % ctx.size;
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t segment = std::max(element, segment_bytes_ / element * element);
   if (reduce && static_cast<int64_t>(scratch_.size()) < recv_bytes) scratch_.resize(recv_bytes);
-  uint8_t *landing = reduce ? scratch_.data() : recv;
 
   // Post every receive first (each segment has its own landing spot), then every send: the left
   // neighbour's sends can complete as soon as they start, whatever we are busy reducing.
   recv_requests_.clear();
   send_requests_.clear();
   for (int64_t offset = 0; offset < recv_bytes; offset += segment) {
+    const int64_t bytes = std::min(segment, recv_bytes - offset);
     recv_requests_.emplace_back();
-    MPI_Irecv(landing + offset, static_cast<int>(std::min(segment, recv_bytes - offset)), MPI_BYTE, left, 0,
-              ctx.comm, &recv_requests_.back());
+    if (reduce) {
+      MPI_Irecv(scratch_.data() + offset, static_cast<int>(bytes), MPI_BYTE, left, 0, ctx.comm,
+                &recv_requests_.back());
+    } else {
+      Layout::Span span = layout.Describe(recv_begin + offset, bytes, /*input=*/false);
+      MPI_Irecv(span.address, span.count, span.type, left, 0, ctx.comm, &recv_requests_.back());
+    }
   }
   for (int64_t offset = 0; offset < send_bytes; offset += segment) {
+    Layout::Span span = layout.Describe(send_begin + offset, std::min(segment, send_bytes - offset), send_from_input);
     send_requests_.emplace_back();
-    MPI_Isend(send + offset, static_cast<int>(std::min(segment, send_bytes - offset)), MPI_BYTE, right, 0,
-              ctx.comm, &send_requests_.back());
+    MPI_Isend(span.address, span.count, span.type, right, 0, ctx.comm, &send_requests_.back());
   }
   if (reduce) {
     // Reduce segment k while segments k+1.. are still arriving.
     for (size_t k = 0; k < recv_requests_.size(); ++k) {
       MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE);
-      int64_t offset = static_cast<int64_t>(k) * segment;
-      int64_t bytes = std::min(segment, recv_bytes - offset);
-      ReduceTo(recv + offset, reduce_with + offset, scratch_.data() + offset, bytes / element, dtype, op);
+      const int64_t offset = static_cast<int64_t>(k) * segment;
+      layout.Reduce(recv_begin + offset, std::min(segment, recv_bytes - offset), scratch_.data() + offset, dtype, op);
     }
   } else {
     MPI_Waitall(static_cast<int>(recv_requests_.size()), recv_requests_.data(), MPI_STATUSES_IGNORE);
   }
   MPI_Waitall(static_cast<int>(send_requests_.size()), send_requests_.data(), MPI_STATUSES_IGNORE);
+  for (MPI_Datatype &type : datatypes_) MPI_Type_free(&type);
+  datatypes_.clear();
 }
 
 void RingAllreduce::Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) {
@@ -51,14 +126,22 @@ void RingAllreduce::Run(const CommContext &ctx, void *buffer, int64_t count, Dat
 
 void RingAllreduce::RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
                             ReduceOp op) {
+  single_.assign(1, BufferPiece{static_cast<const uint8_t *>(input), static_cast<uint8_t *>(output),
+                                count * static_cast<int64_t>(DataTypeSize(dtype))});
+  RunPieces(ctx, single_, count, dtype, op);
+}
+
+void RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
+                              DataType dtype, ReduceOp op) {
   const int n = ctx.size;
-  auto *out = static_cast<uint8_t *>(output);
-  const auto *in = static_cast<const uint8_t *>(input);
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
   if (n == 1 || count == 0) {
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(count * element));
+    for (const BufferPiece &p : pieces) {
+      if (p.input != p.output) std::memcpy(p.output, p.input, static_cast<size_t>(p.bytes));
+    }
     return;
   }
+  const Layout layout(*this, pieces);
   auto chunk_begin = [&](int c) { return count * c / n * element; };
   auto chunk_bytes = [&](int c) { return chunk_begin(c + 1) - chunk_begin(c); };
 
@@ -68,17 +151,16 @@ void RingAllreduce::RunFrom(const CommContext &ctx, const void *input, void *out
   for (int step = 0; step < n - 1; ++step) {
     int send_chunk = (ctx.rank - step + n) % n;
     int recv_chunk = (ctx.rank - step - 1 + n) % n;
-    const uint8_t *send = (step == 0 ? in : out) + chunk_begin(send_chunk);
-    Exchange(ctx, send, chunk_bytes(send_chunk), out + chunk_begin(recv_chunk), chunk_bytes(recv_chunk),
-             in + chunk_begin(recv_chunk), dtype, op);
+    Exchange(ctx, layout, chunk_begin(send_chunk), chunk_bytes(send_chunk), /*send_from_input=*/step == 0,
+             chunk_begin(recv_chunk), chunk_bytes(recv_chunk), /*reduce=*/true, dtype, op);
   }
   // All-gather: pass the finished chunks around the ring (this rank's own chunk of output is first
   // written here).
   for (int step = 0; step < n - 1; ++step) {
     int send_chunk = (ctx.rank + 1 - step + n) % n;
     int recv_chunk = (ctx.rank - step + n) % n;
-    Exchange(ctx, out + chunk_begin(send_chunk), chunk_bytes(send_chunk), out + chunk_begin(recv_chunk),
-             chunk_bytes(recv_chunk), nullptr, dtype, op);
+    Exchange(ctx, layout, chunk_begin(send_chunk), chunk_bytes(send_chunk), /*send_from_input=*/false,
+             chunk_begin(recv_chunk), chunk_bytes(recv_chunk), /*reduce=*/false, dtype, op);
   }
 }
 

@@ -3,6 +3,9 @@
 // Each chunk is sent in segments so that reducing segment k overlaps receiving segment k+1.
 // Bandwidth-optimal: every rank sends 2(n-1)/n of the buffer. Each chunk is reduced on exactly one
 // rank, so results are bitwise identical everywhere.
+//
+// The buffer may be a fused batch left where its tensors are (RunPieces): segments that span several
+// tensors travel as one MPI derived datatype, so a fused batch costs no fusion-buffer copies.
 #pragma once
 #include <vector>
 
@@ -19,19 +22,29 @@ class RingAllreduce : public AllreduceAlgorithm {
   // input + received into output: no copy of the input beforehand.
   void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
                ReduceOp op) override;
+  // The same over the pieces laid end to end (count elements in all).
+  void RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count, DataType dtype,
+                 ReduceOp op);
   void set_segment_bytes(int64_t bytes) { segment_bytes_ = bytes > 0 ? bytes : segment_bytes_; }
 
  private:
-  // Sends [send, send+send_bytes) to the right and receives recv_bytes from the left. With reduce_with
-  // set, received segments land in scratch and recv = reduce_with (op) received is written as they
-  // arrive; otherwise they land directly in recv.
-  void Exchange(const CommContext &ctx, const uint8_t *send, int64_t send_bytes, uint8_t *recv,
-                int64_t recv_bytes, const uint8_t *reduce_with, DataType dtype, ReduceOp op);
+  class Layout;
+  // Sends bytes [send_begin, +send_bytes) of the inputs (or outputs) to the right and receives bytes
+  // [recv_begin, +recv_bytes) from the left. With reduce, received segments land in scratch and
+  // output = input (op) received is written as they arrive; otherwise they land in the outputs.
+  void Exchange(const CommContext &ctx, const Layout &layout, int64_t send_begin, int64_t send_bytes,
+                bool send_from_input, int64_t recv_begin, int64_t recv_bytes, bool reduce, DataType dtype,
+                ReduceOp op);
 
   int64_t segment_bytes_;
   std::vector<uint8_t> scratch_;            // grows to the largest chunk seen, then reused
   std::vector<MPI_Request> recv_requests_;  // reused across calls: no allocation on the hot path
   std::vector<MPI_Request> send_requests_;
+  std::vector<MPI_Datatype> datatypes_;     // made for segments spanning tensors, freed after each step
+  std::vector<BufferPiece> single_;         // RunFrom's one piece
+  std::vector<int64_t> piece_begin_;
+  std::vector<int> block_lengths_;
+  std::vector<MPI_Aint> block_addresses_;
 };
 
 }  // namespace hvdlite
