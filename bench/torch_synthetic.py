@@ -8,10 +8,11 @@ and each one's scaling efficiency.
 Like Horovod's pytorch_synthetic_benchmark.py: every process trains on one fixed batch of random images for
 --num-warmup-batches, then --num-iters timed iterations of --num-batches-per-iter steps. A job's throughput is
 the sum over its processes of samples/s; scaling efficiency = throughput / (np x single-process throughput).
-Each framework runs as its own job (hvdlite and DDP workers under mpiexec through hvdliterun, the single process
-alone), one after the other, with one torch thread per process; --rounds repeats the sequence (single, hvdlite,
-ddp, single, ...) and every figure is the median over rounds, efficiencies paired by round, so that the drift
-of a busy machine hits all three alike.
+hvdlite and DDP run in one job under mpiexec (through hvdliterun), on copies of the same model in the same
+processes, taking turns every timed iteration (the order alternating), so that both meet the same machine
+load: their ratio is the median of per-iteration ratios. The single process runs alone, with one torch thread
+per process everywhere; --rounds repeats the sequence (single, pair, single, ...), efficiencies are paired by
+round and every other figure is a median over rounds.
 """
 import argparse
 import json
@@ -25,7 +26,7 @@ import time
 HERE = os.path.abspath(__file__)
 FRAMEWORKS = ("single", "hvdlite", "ddp")
 LABELS = {"single": "single process (no communication)", "hvdlite": "hvdlite DistributedOptimizer",
-          "ddp": "PyTorch DDP (gloo)"}
+          "ddp": "PyTorch DDP (gloo)", "pair": "hvdlite and PyTorch DDP (gloo), taking turns in one job"}
 
 
 def parse_args(argv=None):
@@ -38,14 +39,14 @@ def parse_args(argv=None):
     parser.add_argument("--num-classes", type=int, default=100)
     parser.add_argument("--num-warmup-batches", type=int, default=3)
     parser.add_argument("--num-batches-per-iter", type=int, default=5)
-    parser.add_argument("--num-iters", type=int, default=5)
+    parser.add_argument("--num-iters", type=int, default=10)
     parser.add_argument("--fp16-allreduce", action="store_true", help="hvdlite: Compression.fp16")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list of: single, hvdlite, ddp")
     parser.add_argument("--rounds", type=int, default=2, help="repeats of the whole sequence (medians reported)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per framework run")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--plot", help="write a PNG bar chart here (needs matplotlib)")
-    parser.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=FRAMEWORKS + ("pair",), help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -82,73 +83,101 @@ def resnet_like(args):
     return nn.Sequential(*layers)
 
 
+def setup_hvdlite(args, model, size):
+    import torch
+
+    import hvdlite.torch as hvd
+    hvd.init()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+    return model, optimizer, hvd.shutdown
+
+
+def setup_ddp(model, comm, rank, size):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    # Rank 0 opens the rendezvous store on a port it keeps (no race for a free port), then tells the others.
+    timeout = datetime.timedelta(seconds=120)
+    store = (dist.TCPStore("127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
+             if rank == 0 else None)
+    port = comm.bcast(store.port if rank == 0 else None, root=0)
+    if rank != 0:
+        store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
+    return model, optimizer, dist.destroy_process_group
+
+
 def run_worker(args):
+    """One job: "single" (one process), "hvdlite" or "ddp" alone, or "pair": hvdlite and DDP in the same
+    processes on copies of one model, taking turns every timed iteration (the order alternating), so that
+    both meet the same machine load and their ratio is paired iteration by iteration."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import copy
+
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    rank, size = 0, 1
+    rank, size, comm = 0, 1, None
     if args.worker != "single":
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         rank, size = comm.Get_rank(), comm.Get_size()
     model = resnet_like(args)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
-    if args.worker == "hvdlite":
-        import hvdlite.torch as hvd
-        hvd.init()
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             compression=compression)
-    elif args.worker == "ddp":
-        import datetime
-
-        import torch.distributed as dist
-        # Rank 0 opens the rendezvous store on a port it keeps (no race for a free port), then tells the others.
-        timeout = datetime.timedelta(seconds=120)
-        store = (dist.TCPStore("127.0.0.1", 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
-                 if rank == 0 else None)
-        port = comm.bcast(store.port if rank == 0 else None, root=0)
-        if rank != 0:
-            store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=timeout)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
-        model = torch.nn.parallel.DistributedDataParallel(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
+    parameters = sum(p.numel() for p in model.parameters())
+    trainers, finalizers = {}, []
+    if args.worker == "single":
+        trainers["single"] = (model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    if args.worker in ("hvdlite", "pair"):
+        *trainers["hvdlite"], finalize = setup_hvdlite(args, copy.deepcopy(model), size)
+        finalizers.append(finalize)
+    if args.worker in ("ddp", "pair"):
+        *trainers["ddp"], finalize = setup_ddp(copy.deepcopy(model), comm, rank, size)
+        finalizers.append(finalize)
 
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
     target = torch.randint(0, args.num_classes, (args.batch_size,))
 
-    def step():
+    def step(net, optimizer):
         optimizer.zero_grad()
-        F.cross_entropy(model(data), target).backward()
+        F.cross_entropy(net(data), target).backward()
         optimizer.step()
 
-    for _ in range(args.num_warmup_batches):
-        step()
-    rates = []  # this process's samples/s per timed iteration
-    for _ in range(args.num_iters):
-        if args.worker != "single":
-            comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(args.num_batches_per_iter):
-            step()
-        rates.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
-    all_rates = [rates] if args.worker == "single" else comm.gather(rates, root=0)
+    for net, optimizer in trainers.values():
+        for _ in range(args.num_warmup_batches):
+            step(net, optimizer)
+    rates = {name: [] for name in trainers}  # this process's samples/s per timed iteration
+    order = list(trainers)
+    for iteration in range(args.num_iters):
+        for name in (order if iteration % 2 == 0 else order[::-1]):
+            net, optimizer = trainers[name]
+            if comm is not None:
+                comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(args.num_batches_per_iter):
+                step(net, optimizer)
+            rates[name].append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
+    all_rates = [rates] if comm is None else comm.gather(rates, root=0)
     if rank == 0:
-        totals = [sum(r[i] for r in all_rates) for i in range(args.num_iters)]
-        result = {"framework": args.worker, "processes": size, "samples_per_s_per_iter": totals,
-                  "samples_per_s": statistics.mean(totals),
-                  "samples_per_s_std": statistics.stdev(totals) if len(totals) > 1 else 0.0,
-                  "parameters": sum(p.numel() for p in model.parameters())}
+        results = {}
+        for name in trainers:
+            totals = [sum(r[name][i] for r in all_rates) for i in range(args.num_iters)]
+            results[name] = {"framework": name, "processes": size, "samples_per_s_per_iter": totals,
+                             "samples_per_s": statistics.mean(totals),
+                             "samples_per_s_std": statistics.stdev(totals) if len(totals) > 1 else 0.0,
+                             "parameters": parameters}
         with open(args.result_file, "w") as f:
-            json.dump(result, f)
-    if args.worker == "hvdlite":
-        hvd.shutdown()
-    elif args.worker == "ddp":
-        dist.destroy_process_group()
+            json.dump(results, f)
+    for finalize in finalizers:
+        finalize()
 
 
 # --- driver side ---------------------------------------------------------------------------------------------
@@ -167,6 +196,7 @@ def worker_command(args, framework, result_file):
 
 
 def run_framework(args, framework, workdir):
+    """Runs one job; returns {framework: result} for each framework it timed."""
     result_file = os.path.join(workdir, f"{framework}.json")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     started = time.time()
@@ -176,9 +206,10 @@ def run_framework(args, framework, workdir):
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"{framework} run failed (exit {proc.returncode})")
     with open(result_file) as f:
-        result = json.load(f)
-    result["wall_seconds"] = round(time.time() - started, 1)
-    return result
+        results = json.load(f)
+    for result in results.values():
+        result["wall_seconds"] = round(time.time() - started, 1)
+    return results
 
 
 def combine(runs):
@@ -190,7 +221,7 @@ def combine(runs):
                                   samples_per_s_per_round=per_round,
                                   samples_per_s_std=statistics.median(r["samples_per_s_std"] for r in rounds),
                                   wall_seconds=sum(r["wall_seconds"] for r in rounds))
-        results[framework].pop("samples_per_s_per_iter")
+        results[framework]["samples_per_s_per_iter"] = [x for r in rounds for x in r["samples_per_s_per_iter"]]
     single = runs.get("single")
     for framework, result in results.items():
         result["scaling_efficiency"] = None
@@ -198,8 +229,10 @@ def combine(runs):
             result["scaling_efficiency"] = statistics.median(
                 r["samples_per_s"] / (r["processes"] * s["samples_per_s"]) for r, s in zip(runs[framework], single))
     if "hvdlite" in runs and "ddp" in runs:
+        # Paired iteration by iteration (they share a job), over every round.
         results["hvdlite_over_ddp"] = statistics.median(
-            h["samples_per_s"] / d["samples_per_s"] for h, d in zip(runs["hvdlite"], runs["ddp"]))
+            h / d for hr, dr in zip(runs["hvdlite"], runs["ddp"])
+            for h, d in zip(hr["samples_per_s_per_iter"], dr["samples_per_s_per_iter"]))
     return results
 
 
@@ -217,7 +250,8 @@ def summarize(args, results):
              "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
     if "hvdlite_over_ddp" in results:
-        lines.append(f"hvdlite / DDP throughput (median of per-round ratios): {results['hvdlite_over_ddp']:.3f}")
+        lines.append(f"hvdlite / DDP throughput (median of per-iteration ratios, taking turns in one job): "
+                     f"{results['hvdlite_over_ddp']:.3f}")
     return "\n".join(lines)
 
 
@@ -256,11 +290,16 @@ def main(argv=None):
     if unknown:
         raise SystemExit(f"unknown frameworks: {sorted(unknown)}")
     runs = {framework: [] for framework in frameworks}
+    # hvdlite and DDP share one job when both are asked for (see run_worker).
+    jobs = [f for f in frameworks if f == "single" or not {"hvdlite", "ddp"} <= set(frameworks)]
+    if {"hvdlite", "ddp"} <= set(frameworks):
+        jobs.append("pair")
     with tempfile.TemporaryDirectory() as workdir:
         for round_index in range(args.rounds):
-            for framework in frameworks:
-                print(f"round {round_index + 1}/{args.rounds}: {LABELS[framework]} ...", flush=True)
-                runs[framework].append(run_framework(args, framework, workdir))
+            for job in jobs:
+                print(f"round {round_index + 1}/{args.rounds}: {LABELS[job]} ...", flush=True)
+                for framework, result in run_framework(args, job, workdir).items():
+                    runs[framework].append(result)
     results = combine(runs)
     table = summarize(args, results)
     print(f"\nmodel: ResNet-like, width {args.width}, {args.blocks} block(s)/stage, "

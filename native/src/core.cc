@@ -77,14 +77,9 @@ Topology Core::topology() {
 }
 
 int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  int code = EnqueueLocked(entries, handles, error);
-  // One wake per batch of work: until the queue is taken, a wake already sent covers what follows.
-  bool wake = code == 0 && !wake_sent_;
-  wake_sent_ = wake_sent_ || code == 0;
-  lock.unlock();
-  if (wake) work_cv_.notify_one();
-  return code;
+  // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it.
+  std::lock_guard<std::mutex> lock(mutex_);
+  return EnqueueLocked(entries, handles, error);
 }
 
 int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::string *error) {
@@ -93,8 +88,7 @@ int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::stri
     std::lock_guard<std::mutex> lock(mutex_);
     int code = EnqueueLocked(entries, handles, error);
     if (code != 0) return code;
-    ++callers_waiting_;  // before the wake: the background thread sees a waiter and skips the window
-    wake_sent_ = true;
+    ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
   work_cv_.notify_one();
   int state = 0;
@@ -151,7 +145,6 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
   }
   int32_t group_id = entries.size() > 1 ? next_group_id_++ : 0;
   auto now = Clock::now();
-  last_enqueue_ = now;
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry &e = entries[i];
     int32_t set_id = e.process_set_id;
@@ -298,7 +291,7 @@ void Core::PublishProcessSets() {
 }
 
 void Core::ThreadMain(Settings settings, MPI_Comm parent) {
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // the short coalescing wait below is meant short
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // every rank is meant to wake at the same cycle boundary
   std::string error;
   bool ok = SetUp(settings, parent, &error);
   if (ok) PublishProcessSets();
@@ -313,20 +306,16 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
 
   while (true) {
     {
-      // Wake at once for new work; otherwise every cycle, so peers waiting on us can progress (or, when
-      // quiet, to look for a peer's wake message).
+      // Rounds start on cycle boundaries of the system clock: the same instants on every rank, so ranks
+      // enter each negotiation together instead of one spinning in MPI while another still computes
+      // (which, with a core per rank, takes that core from the computation). A burst of async requests
+      // (a step's gradients) waits for the boundary and goes out as one round, so it fuses. While a
+      // caller is blocked on a request in flight, rounds run back to back: a synchronous collective
+      // pays no cycle, and its thread has nothing else to do with its core.
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, cycle(), [&] { return !queue_.empty() || shutdown_requested_ || timeline_request_; });
-      // A burst of submissions (a step's gradients, submitted async one after another) goes out as one
-      // round, and so fuses: start once no request has come for kCoalesce, or a cycle after the first.
-      const auto woken = Clock::now();
-      // A caller that waits on a handle ends the window at once: nothing more is coming from it, and a
-      // synchronous request must not pay the window.
-      while (!queue_.empty() && !shutdown_requested_ && callers_waiting_ == 0) {
-        const auto settled = last_enqueue_ + kCoalesce;
-        if (Clock::now() >= settled || Clock::now() - woken >= cycle()) break;
-        work_cv_.wait_until(lock, settled, [&] { return shutdown_requested_ || callers_waiting_ > 0; });
-      }
+      work_cv_.wait_for(lock, UntilCycleBoundary(), [&] {
+        return shutdown_requested_ || timeline_request_ || (callers_waiting_ > 0 && !in_flight_.empty());
+      });
     }
     if (!Iterate()) break;
   }
@@ -339,7 +328,7 @@ int Core::Wait(int64_t handle) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++callers_waiting_;
   }
-  work_cv_.notify_one();  // ends a coalescing window the background thread may be in
+  work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
   int state = handles_.Wait(handle);
   std::lock_guard<std::mutex> lock(mutex_);
   --callers_waiting_;
@@ -351,7 +340,6 @@ bool Core::Iterate() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     fresh_.swap(queue_);
-    wake_sent_ = false;
     shutting_down = shutdown_requested_;
   }
   ApplyTimelineRequest();
@@ -402,6 +390,15 @@ bool Core::Iterate() {
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
   timeline_.Flush();
   return true;
+}
+
+Clock::duration Core::UntilCycleBoundary() const {
+  // The system clock, not the steady one: its readings agree across processes (and, NTP-synchronised,
+  // across hosts). Only the phase is taken from it; the wait itself runs on the steady clock.
+  const auto period = std::chrono::duration_cast<std::chrono::system_clock::duration>(cycle());
+  if (period.count() <= 0) return Clock::duration::zero();
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return std::chrono::duration_cast<Clock::duration>(period - since_epoch % period);
 }
 
 void Core::set_cycle(double ms) {

@@ -105,11 +105,7 @@ class Core {
   bool initialized_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
-  bool wake_sent_ = false;     // the background thread was woken for what is queued and has not taken it
-  Clock::time_point last_enqueue_;
-  // Woken for async work, the background thread starts the round once no request came for this long.
-  static constexpr auto kCoalesce = std::chrono::microseconds(200);
-  int callers_waiting_ = 0;  // threads blocked in Wait: the coalescing window ends for them
+  int callers_waiting_ = 0;    // threads blocked in Wait: what is queued must not wait for the cycle boundary
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;
@@ -124,6 +120,7 @@ class Core {
   // Owned by the background thread, the only thread of the core that calls MPI.
   std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
   Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
+  Clock::duration UntilCycleBoundary() const;
   void set_cycle(double ms);
   void ApplyCoordinatorWords(const uint64_t words[2]);
   std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE

@@ -1,7 +1,6 @@
 #include "eager_allreduce.h"
 
 #include <algorithm>
-#include <iterator>
 
 #include "reduce_kernels.h"
 #include "response_cache.h"
@@ -21,7 +20,8 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
   slots_.clear();
   slot_of_bit_.resize(cache.capacity(), -1);
   int64_t offset = 0;
-  for (int32_t bit : predicted_) {
+  for (const Prediction &prediction : predicted_) {
+    const int32_t bit = prediction.bit;
     if (bit >= cache.capacity() || !cache.Used(bit)) continue;
     const Request &spec = cache.Get(bit).spec;
     if (spec.collective != Collective::kAllreduce) continue;
@@ -66,10 +66,21 @@ void EagerPlan::Allreduce(uint64_t *buffer, int32_t header_words, MPI_Comm comm)
 }
 
 void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
-  predicted_.clear();
-  std::set_intersection(ready_bits.begin(), ready_bits.end(), previous_.begin(), previous_.end(),
-                        std::back_inserter(predicted_));
-  previous_ = ready_bits;
+  auto ready = [&](int32_t bit) { return std::binary_search(ready_bits.begin(), ready_bits.end(), bit); };
+  std::vector<Prediction> kept;
+  for (Prediction p : predicted_) {
+    p.misses = ready(p.bit) ? 0 : p.misses + 1;
+    if (p.misses <= kMaxMisses) kept.push_back(p);
+  }
+  if (!ready_bits.empty()) {
+    for (int32_t bit : ready_bits) {
+      const bool known = std::any_of(kept.begin(), kept.end(), [&](const Prediction &p) { return p.bit == bit; });
+      if (!known && std::binary_search(previous_.begin(), previous_.end(), bit)) kept.push_back({bit, 0});
+    }
+    previous_ = ready_bits;
+  }
+  std::sort(kept.begin(), kept.end(), [](const Prediction &a, const Prediction &b) { return a.bit < b.bit; });
+  predicted_.swap(kept);
 }
 
 void EagerPlan::FreeMpiObjects() {

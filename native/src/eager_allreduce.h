@@ -1,8 +1,10 @@
-// Eager all-reduce: small cached all-reduces that were ready everywhere in each of the last two rounds
-// are predicted ready again, and their data rides in the negotiation round's own all-reduce. Where every
+// Eager all-reduce: small cached all-reduces that were ready everywhere in two rounds in a row (rounds
+// where nothing was ready do not count) are predicted ready again, and their data rides in the
+// negotiation round's own all-reduce. Where every
 // rank set the tensor's bit, the reduced values come back with the bits: one collective instead of two
 // (negotiate, then reduce), which is most of the latency of a small synchronous all-reduce. A missed
-// prediction costs the tensor's bytes in that one round; the tensor then goes the normal way.
+// prediction costs the tensor's bytes in that one round; the tensor then goes the normal way, and after
+// kMaxMisses missed rounds in a row it is no longer predicted.
 //
 // The prediction and the payload layout derive only from agreed state (the ready bits of past rounds and
 // the response cache, equal on every rank), so every rank lays out the same buffer without exchanging it.
@@ -50,8 +52,13 @@ class EagerPlan {
   void FreeMpiObjects();
 
  private:
-  std::vector<int32_t> previous_;   // ready bits of the round before the last, sorted
-  std::vector<int32_t> predicted_;  // ready in both of the last two rounds, sorted
+  static constexpr int kMaxMisses = 2;
+  struct Prediction {
+    int32_t bit;
+    int misses;  // rounds in a row it was planned for and not ready everywhere
+  };
+  std::vector<int32_t> previous_;       // ready bits of the last round where any was ready, sorted
+  std::vector<Prediction> predicted_;   // sorted by bit
   std::vector<EagerSlot> slots_;
   std::vector<int32_t> slot_of_bit_;  // index into slots_ per cache bit, -1 for none
   int64_t payload_words_ = 0;
