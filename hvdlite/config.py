@@ -107,7 +107,8 @@ SETTINGS = (
             _parse_non_negative_int, "Largest fused all-reduce buffer in bytes; 0 disables fusion",
             flag="--fusion-threshold-mb", flag_scale=MiB, default_text="67108864 (64 MiB)"),
     Setting("cycle_time_ms", "HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", 1.0, "float",
-            _parse_non_negative_float, "Longest wait in milliseconds between negotiation rounds",
+            _parse_non_negative_float, "Negotiation rounds for async work start on multiples of this many "
+            "milliseconds (the same instants on every rank); synchronous work starts at once",
             flag="--cycle-time-ms"),
     Setting("cache_capacity", "HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024, "int",
             _parse_non_negative_int, "Response cache entries for the fast negotiation path; 0 disables it",
