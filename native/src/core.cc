@@ -310,11 +310,14 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // enter each negotiation together instead of one spinning in MPI while another still computes
       // (which, with a core per rank, takes that core from the computation). A burst of async requests
       // (a step's gradients) waits for the boundary and goes out as one round, so it fuses. While a
-      // caller is blocked on a request in flight, rounds run back to back: a synchronous collective
-      // pays no cycle, and its thread has nothing else to do with its core.
+      // caller is blocked on a request in flight, rounds run back to back, so a synchronous collective
+      // pays no cycle; but after kMaxIdleRounds rounds in a row that neither took new work nor finished
+      // anything (a peer is still computing), back to the boundaries: busy-polling MPI for a peer that is
+      // not coming would take a core from its computation.
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait_for(lock, UntilCycleBoundary(), [&] {
-        return shutdown_requested_ || timeline_request_ || (callers_waiting_ > 0 && !in_flight_.empty());
+        return shutdown_requested_ || timeline_request_ ||
+               (callers_waiting_ > 0 && (!queue_.empty() || (!in_flight_.empty() && idle_rounds_ < kMaxIdleRounds)));
       });
     }
     if (!Iterate()) break;
@@ -344,6 +347,7 @@ bool Core::Iterate() {
   }
   ApplyTimelineRequest();
   const bool local_work = !fresh_.empty() || shutting_down;
+  const int64_t finished_before = finished_;
   RoundInput input;
   input.shutting_down = shutting_down;
   bool first_round_awake = false;
@@ -389,6 +393,7 @@ bool Core::Iterate() {
   }
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
   timeline_.Flush();
+  idle_rounds_ = local_work || finished_ != finished_before ? 0 : idle_rounds_ + 1;
   return true;
 }
 
@@ -518,6 +523,7 @@ void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_.erase(InFlightKey(set.id, entry.request.name));
   }
+  ++finished_;
   handles_.Complete(entry.handle, [&](HandleState &s) {
     s.error = error;
     s.result = result;

@@ -118,6 +118,9 @@ class Core {
   std::thread thread_;
 
   // Owned by the background thread, the only thread of the core that calls MPI.
+  int64_t finished_ = 0;    // requests finished so far
+  int idle_rounds_ = 0;     // rounds in a row that took no new work and finished nothing
+  static constexpr int kMaxIdleRounds = 2;
   std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
   Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
   Clock::duration UntilCycleBoundary() const;
