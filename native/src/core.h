@@ -105,7 +105,9 @@ class Core {
   bool initialized_ = false;
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
-  int callers_waiting_ = 0;    // threads blocked in Wait: what is queued must not wait for the cycle boundary
+  // Threads blocked in Wait: what is in flight must not wait for the cycle boundary. Raised under mutex_
+  // (before the wake-up), lowered without it.
+  std::atomic<int> callers_waiting_{0};
   bool timeline_request_ = false;
   std::string timeline_request_path_;
   bool timeline_request_marks_ = false;

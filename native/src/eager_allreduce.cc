@@ -67,7 +67,8 @@ void EagerPlan::Allreduce(uint64_t *buffer, int32_t header_words, MPI_Comm comm)
 
 void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
   auto ready = [&](int32_t bit) { return std::binary_search(ready_bits.begin(), ready_bits.end(), bit); };
-  std::vector<Prediction> kept;
+  std::vector<Prediction> &kept = next_;
+  kept.clear();
   for (Prediction p : predicted_) {
     p.misses = ready(p.bit) ? 0 : p.misses + 1;
     if (p.misses <= kMaxMisses) kept.push_back(p);

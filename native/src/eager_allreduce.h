@@ -59,6 +59,7 @@ class EagerPlan {
   };
   std::vector<int32_t> previous_;       // ready bits of the last round where any was ready, sorted
   std::vector<Prediction> predicted_;   // sorted by bit
+  std::vector<Prediction> next_;        // Observe's scratch, reused
   std::vector<EagerSlot> slots_;
   std::vector<int32_t> slot_of_bit_;  // index into slots_ per cache bit, -1 for none
   int64_t payload_words_ = 0;
