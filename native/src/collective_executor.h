@@ -1,6 +1,7 @@
 // Runs agreed collectives: a fused batch for the ring is reduced where its tensors are; others are copied
 // into the persistent fusion buffer (prescale), reduced by the algorithm chosen for the size and copied out
-// (postscale, average); and the other collectives over the set's communicator. Every rank calls it with the same batches in the same order.
+// (postscale, average); and the other collectives over the set's communicator. Every rank calls it with
+// the same batches in the same order.
 #pragma once
 #include <vector>
 
