@@ -14,8 +14,10 @@ from contextlib import contextmanager
 import torch
 
 from hvdlite.process_sets import global_process_set
+from hvdlite.requests import Collective, PreparedRequest, Request
 
 from . import async_ops as aops
+from . import handles, staging
 from .async_ops import Adasum, Average, Sum
 from .compression import Compression
 from .handles import synchronize as _synchronize_handle
@@ -24,7 +26,7 @@ from .handles import synchronize as _synchronize_handle
 class _Bucket:
     """Parameters whose gradients are all-reduced together (one parameter unless ``groups`` was given)."""
 
-    __slots__ = ("params", "name", "ready", "handle", "contexts")
+    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared")
 
     def __init__(self, params, name):
         self.params = params
@@ -32,6 +34,14 @@ class _Bucket:
         self.ready = set()
         self.handle = None
         self.contexts = None
+        self.prepared = None  # the PreparedRequest of the in-place fast path (see _submit_prepared)
+
+
+_PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest
+
+
+def _reduced_in_place(core_handles):
+    return None
 
 
 class _DistributedOptimizer:
@@ -132,37 +142,41 @@ class _DistributedOptimizer:
     def _register_hooks(self, params):
         self_ref = weakref.ref(self)
 
-        def make_hook(p):
+        def make_hook(p, bucket):
             def hook(_param):
                 optimizer = self_ref()
                 if optimizer is not None:
-                    optimizer._gradient_ready(p)
+                    optimizer._gradient_ready(p, bucket)
             return hook
         for p in params:
-            self._hook_handles.append(p.register_post_accumulate_grad_hook(make_hook(p)))
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(make_hook(p, self._bucket_of[p])))
 
     # ------------------------------------------------------------------------------ during backward
 
-    def _gradient_ready(self, p):
+    def _gradient_ready(self, p, bucket):
         with self._lock:
-            if self._delay[p] <= 0:
+            delay = self._delay[p]
+            if delay <= 0:
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
                                      "call to step(). Increase backward_passes_per_step to accumulate gradients "
                                      "locally.")
             self._synchronized = False
-            self._delay[p] -= 1
-            if self._delay[p] == 0:
-                bucket = self._bucket_of[p]
+            self._delay[p] = delay - 1
+            if delay == 1:
                 bucket.ready.add(p)
                 if len(bucket.ready) == len(bucket.params):
                     self._submit(bucket)
 
+    def _scale_factors(self):
+        if self._op == Average:
+            return 1.0 / self._gradient_predivide_factor, self._gradient_predivide_factor
+        return 1.0, 1.0
+
     def _submit(self, bucket):
         """Starts the all-reduce of the bucket's gradients (zeros where this rank has none)."""
-        if self._op == Average:
-            prescale, postscale = 1.0 / self._gradient_predivide_factor, self._gradient_predivide_factor
-        else:
-            prescale, postscale = 1.0, 1.0
+        if self._submit_prepared(bucket):
+            return
+        prescale, postscale = self._scale_factors()
         for p in bucket.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -182,6 +196,27 @@ class _DistributedOptimizer:
                                                           prescale_factor=prescale, postscale_factor=postscale,
                                                           process_set=self.process_set)
         bucket.contexts = (compressed, contexts)
+
+    def _submit_prepared(self, bucket):
+        """The common case made cheap (it runs in a hook for every parameter, every step): one parameter, a
+        dense contiguous CPU gradient, no compression. Its request is filled in on the first step and then
+        resubmitted with the gradient's current address, reduced in place. False where the general path is
+        needed."""
+        if len(bucket.params) != 1 or self._compression is not Compression.none:
+            return False
+        p = bucket.params[0]
+        grad = p.grad
+        if grad is None or grad.is_sparse or not grad.is_cpu or grad.dtype != p.dtype or not grad.is_contiguous():
+            return False
+        if bucket.prepared is None:
+            prescale, postscale = self._scale_factors()
+            bucket.prepared = PreparedRequest(Request(
+                Collective.ALLREDUCE, bucket.name, staging.core_dtype(p), tuple(p.shape), op=self._op,
+                prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set))
+        address = staging.address(grad)
+        bucket.handle = handles.register([bucket.prepared.submit(address, address, grad)], _reduced_in_place)
+        bucket.contexts = _PREPARED
+        return True
 
     def _submit_sparse(self, bucket, prescale):
         """Sparse gradients: gather every rank's (indices, values), as Horovod's sparse allreduce does."""
@@ -221,6 +256,8 @@ class _DistributedOptimizer:
 
     def _finish(self, bucket):
         result = _synchronize_handle(bucket.handle)
+        if bucket.contexts is _PREPARED:  # reduced in place into p.grad
+            return
         if bucket.contexts is None:  # sparse: rebuild the summed sparse gradient
             p = bucket.params[0]
             indices, values = result
