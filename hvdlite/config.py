@@ -13,6 +13,7 @@ MiB = 1024 * 1024
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
 ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi")  # index = enum hvdlite_allreduce_algorithm
+OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off", "")
@@ -135,6 +136,10 @@ SETTINGS = (
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, up to this "
             "many bytes per round; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),
+    Setting("overlap", "HVDLITE_OVERLAP", None, "auto", "choice", _choice_parser(OVERLAP_MODES),
+            "Run async collectives while ranks still compute (on), or hold them until every rank waits on one "
+            "(off; at most 100 ms); auto: on where a node has more cores than ranks (docs/architecture.md)",
+            choices=OVERLAP_MODES),
     Setting("log_level", "HVDLITE_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning", "choice", _choice_parser(LOG_LEVELS),
             "Log level", flag="--log-level", choices=LOG_LEVELS),
     Setting("timeline_path", "HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "", "path", _parse_text,
@@ -172,6 +177,7 @@ def to_native(ffi, settings=None):
     config.ring_segment_bytes = settings["ring_segment_bytes"]
     config.auto_ring_min_bytes = settings["auto_ring_min_bytes"]
     config.eager_max_bytes = settings["eager_max_bytes"]
+    config.overlap = OVERLAP_MODES.index(settings["overlap"])
     config.log_level = LOG_LEVELS.index(settings["log_level"])
     config.timeline_mark_cycles = int(settings["timeline_mark_cycles"])
     config.autotune = int(settings["autotune"])

@@ -47,6 +47,14 @@ enum hvdlite_collective {
   HVDLITE_JOIN = 6
 };
 
+/* When async collectives run while ranks still compute: AUTO overlaps them only where every rank of a
+ * node has a core of its own beyond its training thread (more cores than local ranks). */
+enum hvdlite_overlap {
+  HVDLITE_OVERLAP_AUTO = 0,
+  HVDLITE_OVERLAP_ON = 1,
+  HVDLITE_OVERLAP_OFF = 2
+};
+
 enum hvdlite_allreduce_algorithm {
   HVDLITE_ALGORITHM_AUTO = 0,
   HVDLITE_ALGORITHM_RING = 1,
@@ -69,6 +77,7 @@ typedef struct {
   int32_t autotune;                 /* tune fusion threshold and cycle time online */
   const char *autotune_log;         /* CSV of autotune trials, NULL or "" for none */
   int64_t eager_max_bytes;          /* small all-reduces carried by the negotiation round; 0 disables */
+  int32_t overlap;                  /* enum hvdlite_overlap */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

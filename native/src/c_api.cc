@@ -62,6 +62,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.negotiation.stall_check_seconds = c->stall_check_seconds;
   s.negotiation.stall_shutdown_seconds = c->stall_shutdown_seconds;
   s.negotiation.eager_max_bytes = c->eager_max_bytes;
+  s.overlap = c->overlap;
   s.algorithms.algorithm = c->allreduce_algorithm;
   s.algorithms.ring_segment_bytes = c->ring_segment_bytes;
   s.algorithms.auto_ring_min_bytes = c->auto_ring_min_bytes;

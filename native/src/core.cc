@@ -1,5 +1,6 @@
 #include "core.h"
 
+#include <sched.h>
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -253,6 +254,12 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   MPI_Comm_split(world_, t.local_rank, t.rank, &cross_);
   MPI_Comm_rank(cross_, &t.cross_rank);
   MPI_Comm_size(cross_, &t.cross_size);
+  // Overlapping async collectives with computation needs a core for the background thread: MPI busy-polls
+  // while it waits, and a fused ring stalls when the two ends' threads are not running together.
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  hold_async_ = settings.overlap == HVDLITE_OVERLAP_OFF ||
+                (settings.overlap == HVDLITE_OVERLAP_AUTO && cores > 0 && cores <= t.local_size);
   int provided = 0;
   MPI_Query_thread(&provided);
   t.threads_supported = provided == MPI_THREAD_MULTIPLE;
@@ -313,10 +320,15 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // pays no cycle; but after kMaxIdleRounds rounds in a row that neither took new work nor finished
       // anything (a peer is still computing), back to the boundaries: busy-polling MPI for a peer that is
       // not coming would take a core from its computation.
+      // Holding async work (HVDLITE_OVERLAP off, see negotiation.h): nothing runs before every rank waits,
+      // so a rank whose caller does not wait only keeps a heartbeat (stall reports, polling callers), and a
+      // waiting rank keeps its rounds going: its own core is idle while its peers finish computing.
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, UntilCycleBoundary(), [&] {
+      const auto period = hold_async_ ? std::chrono::duration_cast<Clock::duration>(kHoldHeartbeat) : cycle();
+      work_cv_.wait_for(lock, UntilBoundary(period), [&] {
+        const bool keep_going = hold_async_ || idle_rounds_ < kMaxIdleRounds;
         return shutdown_requested_ || timeline_request_ ||
-               (callers_waiting_ > 0 && (!queue_.empty() || (!in_flight_.empty() && idle_rounds_ < kMaxIdleRounds)));
+               (callers_waiting_ > 0 && (!queue_.empty() || (!in_flight_.empty() && keep_going)));
       });
     }
     if (!Iterate()) break;
@@ -346,7 +358,7 @@ bool Core::Iterate() {
   ApplyTimelineRequest();
   const bool local_work = !fresh_.empty() || shutting_down;
   const int64_t finished_before = finished_;
-  RoundInput input;
+  RoundInput input = BaseRoundInput();
   input.shutting_down = shutting_down;
   bool first_round_awake = false;
   const auto now = Clock::now();
@@ -386,7 +398,7 @@ bool Core::Iterate() {
     }
     for (int32_t id : ids) {
       ProcessSet &set = *sets_.at(id);
-      Execute(set, NegotiateRound(set, settings_.negotiation, RoundInput{}));
+      Execute(set, NegotiateRound(set, settings_.negotiation, BaseRoundInput()));
     }
   }
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
@@ -395,13 +407,20 @@ bool Core::Iterate() {
   return true;
 }
 
-Clock::duration Core::UntilCycleBoundary() const {
+Clock::duration Core::UntilBoundary(Clock::duration every) const {
   // The system clock, not the steady one: its readings agree across processes (and, NTP-synchronised,
   // across hosts). Only the phase is taken from it; the wait itself runs on the steady clock.
-  const auto period = std::chrono::duration_cast<std::chrono::system_clock::duration>(cycle());
+  const auto period = std::chrono::duration_cast<std::chrono::system_clock::duration>(every);
   if (period.count() <= 0) return Clock::duration::zero();
   const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
   return std::chrono::duration_cast<Clock::duration>(period - since_epoch % period);
+}
+
+RoundInput Core::BaseRoundInput() const {
+  RoundInput input;
+  input.hold = hold_async_;
+  input.caller_waiting = callers_waiting_.load(std::memory_order_relaxed) > 0;
+  return input;
 }
 
 void Core::set_cycle(double ms) {

@@ -34,6 +34,7 @@ struct Settings {
   bool timeline_mark_cycles = false;
   bool autotune = false;
   std::string autotune_log;
+  int32_t overlap = HVDLITE_OVERLAP_AUTO;
 };
 
 struct Topology {
@@ -92,6 +93,7 @@ class Core {
   void WakePeers();
   bool WokenByPeer();
   void ReceiveWakes(int32_t count);
+  RoundInput BaseRoundInput() const;
 
   // Guarded by mutex_: the queue and everything caller threads read.
   std::mutex mutex_;
@@ -125,7 +127,9 @@ class Core {
   static constexpr int kMaxIdleRounds = 2;
   std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
   Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
-  Clock::duration UntilCycleBoundary() const;
+  Clock::duration UntilBoundary(Clock::duration every) const;
+  // Rounds of a rank that holds async work and has no caller waiting (stall reports, polling callers).
+  static constexpr auto kHoldHeartbeat = std::chrono::milliseconds(100);
   void set_cycle(double ms);
   void ApplyCoordinatorWords(const uint64_t words[2]);
   std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
@@ -137,6 +141,7 @@ class Core {
   MPI_Comm wake_comm_ = MPI_COMM_NULL;
   static constexpr int kWakeTag = 1;
   bool quiet_ = false;
+  bool hold_async_ = false;  // HVDLITE_OVERLAP resolved: hold async work until every rank waits
   MPI_Request wake_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> wake_sends_;
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;

@@ -14,6 +14,8 @@ constexpr uint64_t kNoSlowPathWork = 1;  // cleared by a rank with requests the 
 constexpr uint64_t kNotShuttingDown = 2;
 constexpr uint64_t kJoined = 4;          // set by joined ranks: stays set only if all have joined
 constexpr uint64_t kIdle = 8;            // set by ranks with nothing to do: stays set only if all are idle
+constexpr uint64_t kAllWaiting = 16;     // set by ranks with a caller waiting: stays set only if all wait
+constexpr uint64_t kMayHold = 32;        // set by ranks that hold async work and have none waiting too long
 
 bool TestBit(const uint64_t *words, int32_t bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 void SetBit(uint64_t *words, int32_t bit) { words[bit / 64] |= uint64_t{1} << (bit % 64); }
@@ -111,8 +113,10 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   // long (so the coordinator can see who is missing), clears its valid bit and goes the slow way.
   const double cached_stall_seconds = settings.stall_check_seconds / 2;
   bool slow_path_work = !set.due_failures.empty();
+  bool held_too_long = false;
   for (const std::string &name : set.arrival_order) {
     Entry &e = set.pending.at(name);
+    held_too_long |= SecondsSince(e.enqueued, now) > kMaxHoldSeconds;
     if (e.state == Entry::State::kAnnounced) continue;
     int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(name) : -1;
     bool stalled = cached_stall_seconds > 0 && SecondsSince(e.enqueued, now) > cached_stall_seconds;
@@ -140,7 +144,8 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   InspectStalls(set, settings, now);
   if (!set.due_failures.empty()) slow_path_work = true;
   bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input.shutting_down ? 0 : kNotShuttingDown) |
-            (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0);
+            (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0) |
+            (input.caller_waiting ? kAllWaiting : 0) | (input.hold && !held_too_long ? kMayHold : 0);
 
   if (set.eager.payload_words() > 0) {
     set.eager.Allreduce(bits.data(), header_words, set.comm);
@@ -157,6 +162,9 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
     if (r != set.rank && !TestBit(not_woken_by, r)) ++result.wakes_sent_to_me;
   }
   const bool everyone_joined = bits[0] & kJoined;
+  // Every rank holds and none has waited too long, and some rank still has no caller waiting (it is still
+  // computing): the cached collectives ready now wait for the next round. Eager ones are done already.
+  result.held = (bits[0] & kMayHold) && !(bits[0] & kAllWaiting);
   // Only words with a cleared valid bit or a set ready bit need a look: steady state touches few.
   for (int32_t w = 0; w < words; ++w) {
     for (uint64_t invalid = ~valid[w]; invalid; invalid &= invalid - 1) {
@@ -179,7 +187,7 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
       ready_bits.push_back(bit);
       if (const EagerSlot *slot = set.eager.Find(bit)) {
         result.eager.push_back(EagerResult{set.cache.Get(bit), payload + slot->offset_bytes});
-      } else {
+      } else if (!result.held) {
         result.ready.push_back(set.cache.Get(bit));
       }
     }

@@ -25,6 +25,10 @@ struct RoundInput {
   bool shutting_down = false;
   bool idle = false;       // nothing pending or queued on this rank, in any process set
   bool sent_wake = false;  // this rank woke the others from quiet (one wake message to each)
+  // Holding async work back (HVDLITE_OVERLAP off): cached collectives ready everywhere run only once every
+  // rank has a caller waiting, or once a request has waited kMaxHoldSeconds (so polling alone progresses).
+  bool hold = false;
+  bool caller_waiting = false;
   // Values the coordinator (rank 0) decides for everyone, e.g. autotuned settings: other ranks send all
   // ones, so the AND of the round leaves rank 0's words on every rank, in the same round.
   uint64_t coordinator_words[2] = {~uint64_t{0}, ~uint64_t{0}};
@@ -37,11 +41,14 @@ struct EagerResult {
   const uint8_t *reduced;
 };
 
+constexpr double kMaxHoldSeconds = 0.1;
+
 struct RoundResult {
   std::vector<Response> ready;  // cached responses first (bit order), then the slow path's
   std::vector<EagerResult> eager;
   bool shutdown = false;        // some rank asked to shut down (global set only)
   bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
+  bool held = false;            // ready cached collectives were held back (they come again next round)
   int32_t wakes_sent_to_me = 0; // wake messages that other ranks sent this rank before the round
   uint64_t coordinator_words[2] = {0, 0};
 };
