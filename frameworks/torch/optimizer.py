@@ -2,9 +2,10 @@
 
 A post-accumulate-grad hook on every parameter fires as soon as that parameter's gradient is final during
 ``loss.backward()`` and starts its all-reduce in place at once, so the last layers' gradients travel while
-autograd is still computing the first layers'. ``step()`` waits for the outstanding all-reduces (submitting
-those whose parameters got no gradient on this rank, as zeros, so that no rank waits forever) and then runs the
-wrapped optimizer's own step.
+autograd is still computing the first layers' (unless HVDLITE_OVERLAP holds async work until every rank
+waits, as it does by default where ranks have no spare core). ``step()`` waits for the outstanding all-reduces
+(submitting those whose parameters got no gradient on this rank, as zeros, so that no rank waits forever) and
+then runs the wrapped optimizer's own step.
 """
 import threading
 import warnings
