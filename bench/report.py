@@ -73,7 +73,8 @@ def torch_block(result):
                      f"iterations, {above} of which favour hvdlite (per iteration: "
                      f"{', '.join(f'{p:.2f}' for p in pairs)}).")
     text += (f"\n\n- command: `python bench/torch_synthetic.py --json bench/results/torch_synthetic.json` "
-             f"(rounds {settings.get('rounds', '?')}, batch {settings.get('batch_size', '?')} per process); "
+             f"(rounds {settings.get('rounds', '?')}, {settings.get('num_iters', '?')} timed iterations each, batch "
+             f"{settings.get('batch_size', '?')} per process); "
              f"load average {', '.join(f'{x:.1f}' for x in result.get('load_average', []))}")
     return text
 

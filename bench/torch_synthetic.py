@@ -39,7 +39,7 @@ def parse_args(argv=None):
     parser.add_argument("--num-classes", type=int, default=100)
     parser.add_argument("--num-warmup-batches", type=int, default=3)
     parser.add_argument("--num-batches-per-iter", type=int, default=5)
-    parser.add_argument("--num-iters", type=int, default=10)
+    parser.add_argument("--num-iters", type=int, default=20)
     parser.add_argument("--fp16-allreduce", action="store_true", help="hvdlite: Compression.fp16")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list of: single, hvdlite, ddp")
     parser.add_argument("--rounds", type=int, default=2, help="repeats of the whole sequence (medians reported)")
