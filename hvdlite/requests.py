@@ -238,16 +238,26 @@ def submit_group(requests):
     return [Handle(handles[i], r.keepalive, r.name) for i, r in enumerate(requests)]
 
 
-def submit(request):
-    """Submits one request; returns its Handle at once."""
+def _filled(request):
+    """The request's C form, and what it points to (hold both until the core has copied them)."""
     c_request = ffi.new("hvdlite_request *")  # zeroed: splits stays NULL unless set
     owned = []
     _fill(c_request, request, owned)
+    return c_request, owned
+
+
+def _enqueue(c_request, keepalive, name):
     buffer = _error_buffer()
     handle = lib.hvdlite_enqueue(c_request, buffer, len(buffer))
     if handle < 0:
         _raise_for(handle, buffer)
-    return Handle(handle, request.keepalive, request.name)
+    return Handle(handle, keepalive, name)
+
+
+def submit(request):
+    """Submits one request; returns its Handle at once."""
+    c_request, _owned = _filled(request)
+    return _enqueue(c_request, request.keepalive, request.name)
 
 
 class PreparedRequest:
@@ -258,9 +268,7 @@ class PreparedRequest:
     __slots__ = ("_c", "_owned", "name")
 
     def __init__(self, request):
-        self._c = ffi.new("hvdlite_request *")
-        self._owned = []
-        _fill(self._c, request, self._owned)
+        self._c, self._owned = _filled(request)
         self._owned.append(request.keepalive)
         self.name = request.name
 
@@ -269,11 +277,7 @@ class PreparedRequest:
         c_request = self._c
         c_request.input = ffi.cast("void *", input_address)
         c_request.output = ffi.cast("void *", output_address)
-        buffer = _error_buffer()
-        handle = lib.hvdlite_enqueue(c_request, buffer, len(buffer))
-        if handle < 0:
-            _raise_for(handle, buffer)
-        return Handle(handle, keepalive, self.name)
+        return _enqueue(c_request, keepalive, self.name)
 
 
 def run(request):
@@ -283,9 +287,7 @@ def run(request):
     starts the round at once instead of holding the queue open for more submissions.
     Raises HvdliteError if the collective failed (the handle is released then).
     """
-    c_request = ffi.new("hvdlite_request *")
-    owned = []
-    _fill(c_request, request, owned)
+    c_request, _owned = _filled(request)
     buffer = _error_buffer()
     c_handle = ffi.new("hvdlite_handle *")
     code = lib.hvdlite_run(c_request, c_handle, buffer, len(buffer))

@@ -73,14 +73,16 @@ void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
     p.misses = ready(p.bit) ? 0 : p.misses + 1;
     if (p.misses <= kMaxMisses) kept.push_back(p);
   }
+  auto by_bit = [](const Prediction &a, const Prediction &b) { return a.bit < b.bit; };
   if (!ready_bits.empty()) {
+    const size_t known = kept.size();  // kept[0, known) is sorted by bit, as predicted_ was
     for (int32_t bit : ready_bits) {
-      const bool known = std::any_of(kept.begin(), kept.end(), [&](const Prediction &p) { return p.bit == bit; });
-      if (!known && std::binary_search(previous_.begin(), previous_.end(), bit)) kept.push_back({bit, 0});
+      const bool predicted = std::binary_search(kept.begin(), kept.begin() + known, Prediction{bit, 0}, by_bit);
+      if (!predicted && std::binary_search(previous_.begin(), previous_.end(), bit)) kept.push_back({bit, 0});
     }
     previous_ = ready_bits;
   }
-  std::sort(kept.begin(), kept.end(), [](const Prediction &a, const Prediction &b) { return a.bit < b.bit; });
+  std::sort(kept.begin(), kept.end(), by_bit);
   predicted_.swap(kept);
 }
 

@@ -116,10 +116,11 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   bool held_too_long = false;
   for (const std::string &name : set.arrival_order) {
     Entry &e = set.pending.at(name);
-    held_too_long |= SecondsSince(e.enqueued, now) > kMaxHoldSeconds;
+    const double age = SecondsSince(e.enqueued, now);
+    held_too_long |= age > kMaxHoldSeconds;
     if (e.state == Entry::State::kAnnounced) continue;
     int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(name) : -1;
-    bool stalled = cached_stall_seconds > 0 && SecondsSince(e.enqueued, now) > cached_stall_seconds;
+    bool stalled = cached_stall_seconds > 0 && age > cached_stall_seconds;
     if (bit >= 0 && (!set.cache.Matches(bit, e.request, set.rank) || stalled)) {
       ClearBit(valid, bit);
       bit = -1;
