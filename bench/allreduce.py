@@ -181,9 +181,7 @@ def plot(rows, path, nranks=None):
 
 def main():
     common.relaunch_under_mpiexec()
-    here = os.path.dirname(os.path.abspath(__file__))
-    parser = common.base_arguments(__doc__.splitlines()[0], os.path.join(here, "results", "allreduce.json"),
-                                   os.path.join(here, os.pardir, "docs", "benchmarks", "allreduce.png"))
+    parser = common.base_arguments(__doc__.splitlines()[0], "allreduce")
     parser.add_argument("--max-bytes", type=int, default=SIZES[-1])
     args = parser.parse_args()
     sizes = [s for s in SIZES if s <= args.max_bytes]

@@ -45,7 +45,12 @@ def say(*args):
         print(*args, flush=True)
 
 
-def base_arguments(description, default_json, default_plot):
+def base_arguments(description, name):
+    """The options every MPI benchmark shares; results default to bench/results/NAME.json and the plot to
+    docs/benchmarks/NAME.png."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    default_json = os.path.join(here, "results", f"{name}.json")
+    default_plot = os.path.join(here, os.pardir, "docs", "benchmarks", f"{name}.png")
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds per measurement (median)")
     parser.add_argument("--budget", type=float, default=0.08, help="seconds per timed batch")

@@ -85,9 +85,7 @@ def plot(result, path):
 
 def main():
     common.relaunch_under_mpiexec()
-    here = os.path.dirname(os.path.abspath(__file__))
-    parser = common.base_arguments(__doc__.splitlines()[0], os.path.join(here, "results", "fusion.json"),
-                                   os.path.join(here, os.pardir, "docs", "benchmarks", "fusion.png"))
+    parser = common.base_arguments(__doc__.splitlines()[0], "fusion")
     parser.add_argument("--count", type=int, default=256)
     parser.add_argument("--kib", type=int, default=16)
     args = parser.parse_args()

@@ -1,8 +1,6 @@
 """hvdlite.tensorflow collectives on 2 and 3 real MPI ranks: every collective x dtype, eagerly and inside
 tf.function, with gradients, IndexedSlices, process sets, broadcast_variables/objects, join/barrier, and
 mismatched inputs raising on every rank (tests/tf_workers/collectives.py checks against float64 NumPy)."""
-import re
-
 import pytest
 
 from tf_workers.launch import assert_all_ranks_ok, run_worker
@@ -12,7 +10,4 @@ from tf_workers.launch import assert_all_ranks_ok, run_worker
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_every_collective_and_dtype_eager_and_in_tf_function(nranks):
     returncode, output = run_worker(nranks, "collectives.py", timeout=280)
-    assert_all_ranks_ok(returncode, output, nranks)
-    # The worker really ran its checks (hundreds per rank), not an empty pass.
-    counts = [int(n) for n in re.findall(r"rank \d+: (\d+) checks", output)]
-    assert len(counts) == nranks and min(counts) > 400, output[-3000:]
+    assert_all_ranks_ok(returncode, output, nranks, more_checks_than=400)

@@ -1,6 +1,7 @@
 """Launching TensorFlow workers from pytest: under the venv's mpiexec (or hvdliterun), with one TensorFlow
 thread per pool so that several ranks share the 2 cores of a CI machine, and a timeout."""
 import os
+import re
 import subprocess
 import sys
 
@@ -36,10 +37,14 @@ def run_worker(nranks, script, *args, timeout=240):
                timeout)
 
 
-def assert_all_ranks_ok(returncode, output, nranks):
-    """Each rank of a checks.py worker prints 'rank R: N checks, 0 failed: OK'."""
+def assert_all_ranks_ok(returncode, output, nranks, more_checks_than=None):
+    """Each rank of a checks.py worker prints 'rank R: N checks, 0 failed: OK'; with more_checks_than, every
+    rank must also have run more checks than that (the worker really ran them, not an empty pass)."""
     tail = output[-8000:]
     assert returncode == 0, f"workers exited with {returncode}\n{tail}"
     for rank in range(nranks):
         assert f"rank {rank}: " in output and "0 failed: OK" in output, tail
     assert output.count("0 failed: OK") == nranks, tail
+    if more_checks_than is not None:
+        counts = [int(n) for n in re.findall(r"rank \d+: (\d+) checks", output)]
+        assert len(counts) == nranks and min(counts) > more_checks_than, output[-3000:]
