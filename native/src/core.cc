@@ -535,20 +535,33 @@ void Core::Distribute(std::vector<Entry> &fresh) {
 }
 
 void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result) {
-  {
-    // Out of flight before the handle completes: a waiter may resubmit the name at once.
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_.erase(InFlightKey(set.id, entry.request.name));
+  FinishBatch(set, {&entry}, error, result);
+}
+
+void Core::FinishBatch(ProcessSet &set, const std::vector<Entry *> &entries, const std::string &error,
+                       int64_t result) {
+  finished_handles_.clear();
+  finished_entries_.clear();
+  for (Entry *e : entries) {
+    if (!e) continue;
+    finished_entries_.push_back(e);
+    finished_handles_.push_back(e->handle);
   }
-  ++finished_;
-  handles_.Complete(entry.handle, [&](HandleState &s) {
+  {
+    // Out of flight before the handles complete: a waiter may resubmit the names at once.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Entry *e : finished_entries_) in_flight_.erase(InFlightKey(set.id, e->request.name));
+  }
+  finished_ += static_cast<int64_t>(finished_entries_.size());
+  handles_.CompleteAll(finished_handles_, [&](size_t i, HandleState &s) {
+    Entry &e = *finished_entries_[i];
     s.error = error;
     s.result = result;
-    s.output = std::move(entry.core_output);
-    s.output_shape = std::move(entry.output_shape);
-    s.received_splits = std::move(entry.received_splits);
+    s.output = std::move(e.core_output);
+    s.output_shape = std::move(e.output_shape);
+    s.received_splits = std::move(e.received_splits);
   });
-  set.pending.erase(entry.request.name);  // entry is gone after this line
+  for (Entry *e : finished_entries_) set.pending.erase(e->request.name);  // the entries are gone after this
 }
 
 void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
@@ -606,9 +619,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     }
     if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
     std::string error = executor_->Execute(set, batch, locals);
-    for (Entry *e : locals) {
-      if (e) Finish(set, *e, error);
-    }
+    FinishBatch(set, locals, error);
   }
   for (const Response *change : changes) ApplyProcessSetChange(*change);
   auto &order = set.arrival_order;

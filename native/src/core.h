@@ -83,6 +83,9 @@ class Core {
   void Execute(ProcessSet &set, const RoundResult &round);
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
+  // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
+  void FinishBatch(ProcessSet &set, const std::vector<Entry *> &entries, const std::string &error,
+                   int64_t result = 0);
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
   void ApplyTimelineRequest();
@@ -134,6 +137,8 @@ class Core {
   void ApplyCoordinatorWords(const uint64_t words[2]);
   std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
   int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
+  std::vector<Entry *> finished_entries_;  // FinishBatch's working lists, reused
+  std::vector<int64_t> finished_handles_;
   Clock::time_point last_round_;
   std::vector<Entry> fresh_;
   Settings settings_;

@@ -7,8 +7,8 @@
 
 namespace hvdlite {
 
-// Where byte ranges of the virtual buffer live: in one piece (a plain pointer) or across several (an
-// hindexed datatype over absolute addresses, sent from MPI_BOTTOM).
+// Where byte ranges of the virtual buffer live: in one piece (a plain pointer) or across several (received
+// through an hindexed datatype over absolute addresses from MPI_BOTTOM, sent from a packed copy).
 class RingAllreduce::Layout {
  public:
   Layout(RingAllreduce &ring, const std::vector<BufferPiece> &pieces) : ring_(ring), pieces_(pieces) {
@@ -24,11 +24,12 @@ class RingAllreduce::Layout {
     MPI_Datatype type;
   };
 
-  Span Describe(int64_t begin, int64_t bytes, bool input) const {
+  // Where to receive [begin, begin + bytes) of the outputs.
+  Span ReceiveSpan(int64_t begin, int64_t bytes) const {
     size_t first = PieceAt(begin);
     const int64_t offset = begin - ring_.piece_begin_[first];
     if (offset + bytes <= pieces_[first].bytes) {
-      return Span{Address(first, input) + offset, static_cast<int>(bytes), MPI_BYTE};
+      return Span{pieces_[first].output + offset, static_cast<int>(bytes), MPI_BYTE};
     }
     ring_.block_lengths_.clear();
     ring_.block_addresses_.clear();
@@ -37,7 +38,7 @@ class RingAllreduce::Layout {
       const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
       if (take <= 0) continue;
       ring_.block_lengths_.push_back(static_cast<int>(take));
-      ring_.block_addresses_.push_back(reinterpret_cast<MPI_Aint>(Address(i, input) + skip));
+      ring_.block_addresses_.push_back(reinterpret_cast<MPI_Aint>(pieces_[i].output + skip));
       bytes -= take;
     }
     MPI_Datatype type;
@@ -46,6 +47,25 @@ class RingAllreduce::Layout {
     MPI_Type_commit(&type);
     ring_.datatypes_.push_back(type);
     return Span{MPI_BOTTOM, 1, type};
+  }
+
+  // A contiguous copy of [begin, begin + bytes) for sending: the span itself when one piece holds it, else
+  // the pieces copied into staging. MPICH sends a derived datatype by packing it, measured 2.5x slower than
+  // memcpy plus a contiguous send; receiving into one costs no more than a contiguous receive.
+  const uint8_t *Contiguous(int64_t begin, int64_t bytes, bool input, uint8_t *staging) const {
+    size_t first = PieceAt(begin);
+    const int64_t offset = begin - ring_.piece_begin_[first];
+    if (offset + bytes <= pieces_[first].bytes) return Address(first, input) + offset;
+    uint8_t *to = staging;
+    for (size_t i = first; bytes > 0; ++i) {
+      const int64_t skip = i == first ? offset : 0;
+      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
+      if (take <= 0) continue;
+      std::memcpy(to, Address(i, input) + skip, static_cast<size_t>(take));
+      to += take;
+      bytes -= take;
+    }
+    return staging;
   }
 
   // output = input (op) received over [begin, begin + bytes), piece by piece.
@@ -96,14 +116,16 @@ void RingAllreduce::Exchange(const CommContext &ctx, const Layout &layout, int64
       MPI_Irecv(scratch_.data() + offset, static_cast<int>(bytes), MPI_BYTE, left, 0, ctx.comm,
                 &recv_requests_.back());
     } else {
-      Layout::Span span = layout.Describe(recv_begin + offset, bytes, /*input=*/false);
+      Layout::Span span = layout.ReceiveSpan(recv_begin + offset, bytes);
       MPI_Irecv(span.address, span.count, span.type, left, 0, ctx.comm, &recv_requests_.back());
     }
   }
+  if (static_cast<int64_t>(send_staging_.size()) < send_bytes) send_staging_.resize(send_bytes);
   for (int64_t offset = 0; offset < send_bytes; offset += segment) {
-    Layout::Span span = layout.Describe(send_begin + offset, std::min(segment, send_bytes - offset), send_from_input);
+    const int64_t bytes = std::min(segment, send_bytes - offset);
+    const uint8_t *from = layout.Contiguous(send_begin + offset, bytes, send_from_input, send_staging_.data() + offset);
     send_requests_.emplace_back();
-    MPI_Isend(span.address, span.count, span.type, right, 0, ctx.comm, &send_requests_.back());
+    MPI_Isend(from, static_cast<int>(bytes), MPI_BYTE, right, 0, ctx.comm, &send_requests_.back());
   }
   if (reduce) {
     // Reduce segment k while segments k+1.. are still arriving.

@@ -4,8 +4,9 @@
 // Bandwidth-optimal: every rank sends 2(n-1)/n of the buffer. Each chunk is reduced on exactly one
 // rank, so results are bitwise identical everywhere.
 //
-// The buffer may be a fused batch left where its tensors are (RunPieces): segments that span several
-// tensors travel as one MPI derived datatype, so a fused batch costs no fusion-buffer copies.
+// The buffer may be a fused batch left where its tensors are (RunPieces): a segment that spans several
+// tensors is received straight into them through an MPI derived datatype, and sent from a packed copy
+// (MPICH sends derived datatypes 2.5x slower than memcpy plus a contiguous send, docs/benchmarks.md).
 #pragma once
 #include <vector>
 
@@ -38,6 +39,7 @@ class RingAllreduce : public AllreduceAlgorithm {
 
   int64_t segment_bytes_;
   std::vector<uint8_t> scratch_;            // grows to the largest chunk seen, then reused
+  std::vector<uint8_t> send_staging_;       // sent segments that span tensors, packed (likewise reused)
   std::vector<MPI_Request> recv_requests_;  // reused across calls: no allocation on the hot path
   std::vector<MPI_Request> send_requests_;
   std::vector<MPI_Datatype> datatypes_;     // made for segments spanning tensors, freed after each step
