@@ -11,7 +11,8 @@ import numpy as np
 
 from .basics import _require_init
 from .process_sets import global_process_set
-from .requests import Collective, Request, address, auto_name, dtype_name, run, submit, submit_group
+from .requests import (Collective, Request, address, auto_name, dtype_name, release_all, run, submit, submit_group,
+                       wait_all)
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 
@@ -142,12 +143,10 @@ class _GroupHandle:
         return all(h.poll() for h in self.handles)
 
     def wait(self):
-        for h in self.handles:
-            h.wait()
+        wait_all(self.handles)
 
     def release(self):
-        for h in self.handles:
-            h.release()
+        release_all(self.handles)
 
 
 def _allgather_request(tensor, name, process_set):

@@ -238,6 +238,26 @@ def submit_group(requests):
     return [Handle(handles[i], r.keepalive, r.name) for i, r in enumerate(requests)]
 
 
+def wait_all(handles):
+    """Waits for every handle (one C call, one wake-up for a fused group); then raises HvdliteError for the
+    first that failed, if any. Release them all afterwards either way."""
+    if not handles:
+        return
+    code = lib.hvdlite_wait_all(ffi.new("hvdlite_handle[]", [h._id for h in handles]), len(handles))
+    if code > 0:
+        handles[code - 1].raise_error()
+    if code < 0:
+        raise HvdliteError("wait_all: a handle was already released")
+
+
+def release_all(handles):
+    ids = [h._id for h in handles if h._id is not None]
+    lib.hvdlite_release_all(ffi.new("hvdlite_handle[]", ids), len(ids))
+    for h in handles:
+        h._id = None
+        h._keepalive = None
+
+
 def _filled(request):
     """The request's C form, and what it points to (hold both until the core has copied them)."""
     c_request = ffi.new("hvdlite_request *")  # zeroed: splits stays NULL unless set

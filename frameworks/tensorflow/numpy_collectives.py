@@ -10,7 +10,7 @@ import numpy as np
 
 from hvdlite import ops as core_ops
 from hvdlite.errors import HvdliteError
-from hvdlite.requests import Collective, Request, dtype_name, run, submit_group
+from hvdlite.requests import Collective, Request, dtype_name, release_all, run, submit_group, wait_all
 
 def aligned_empty(shape, dtype, alignment=64):
     """An uninitialised array whose data starts on a 64-byte boundary, as TensorFlow's kernels expect of
@@ -42,18 +42,11 @@ def _run(requests):
         except HvdliteError as error:
             return [], error
     handles = submit_group(requests)
-    failure = None
-    for handle in handles:
-        try:
-            handle.wait()
-        except HvdliteError as error:
-            failure = failure or error
-    return handles, failure
-
-
-def _release_all(handles):
-    for handle in handles:
-        handle.release()
+    try:
+        wait_all(handles)
+    except HvdliteError as error:
+        return handles, error
+    return handles, None
 
 
 def _with_outputs(requests, collect):
@@ -63,7 +56,7 @@ def _with_outputs(requests, collect):
             raise failure
         return collect(handles)
     finally:
-        _release_all(handles)
+        release_all(handles)
 
 
 def _core_output(handle, dtype):

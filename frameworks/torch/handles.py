@@ -7,6 +7,8 @@ and writes are kept alive by the core handles' keepalive until they are released
 import itertools
 import threading
 
+from hvdlite.requests import release_all, wait_all
+
 _lock = threading.Lock()
 _ids = itertools.count(1)
 _pending = {}
@@ -48,20 +50,11 @@ def synchronize(handle):
         op = _pending.pop(handle, None)
     if op is None:
         raise ValueError(f"unknown handle {handle!r}: it was never returned or is already synchronized")
-    error = None
     try:
-        for h in op.core_handles:
-            try:
-                h.wait()
-            except Exception as e:  # keep waiting for the others; report the first failure
-                if error is None:
-                    error = e
-        if error is not None:
-            raise error
+        wait_all(op.core_handles)
         return op.finish(op.core_handles)
     finally:
-        for h in op.core_handles:
-            h.release()
+        release_all(op.core_handles)
 
 
 def in_flight():

@@ -141,6 +141,9 @@ int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *er
 int hvdlite_poll(hvdlite_handle handle);
 /* Blocks until done (callers release the GIL). 0 on success, 1 on error, -1 unknown handle. */
 int hvdlite_wait(hvdlite_handle handle);
+/* Waits for every handle (a group): -1 if one is unknown, else 0 when all succeeded, or 1 + the index of
+ * the first that failed (read its error, then release them all). */
+int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count);
 /* Copies the error message of a failed handle; returns its length (0 when there is none). */
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len);
 /* Integer result of the handle: join -> last rank to join; add_process_set -> new id. */
@@ -152,6 +155,7 @@ const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes);
 /* alltoall: rows received from each rank. Returns the count written or -1. */
 int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32_t capacity);
 void hvdlite_release(hvdlite_handle handle);
+void hvdlite_release_all(const hvdlite_handle *handles, int32_t count);
 
 /* Timeline at run time; path is only written on the coordinator (rank 0 of the global set). */
 int hvdlite_start_timeline(const char *path, int mark_cycles);

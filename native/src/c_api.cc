@@ -158,6 +158,9 @@ hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int 
 
 int hvdlite_poll(hvdlite_handle handle) { return Core::Get().handles().Poll(handle); }
 int hvdlite_wait(hvdlite_handle handle) { return Core::Get().Wait(handle); }
+int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count) {
+  return Core::Get().WaitAll(handles, std::max(0, count));
+}
 
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {
   int length = 0;
@@ -210,6 +213,9 @@ int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32
 }
 
 void hvdlite_release(hvdlite_handle handle) { Core::Get().handles().Release(handle); }
+void hvdlite_release_all(const hvdlite_handle *handles, int32_t count) {
+  Core::Get().handles().ReleaseAll(handles, std::max(0, count));
+}
 
 int hvdlite_start_timeline(const char *path, int mark_cycles) {
   return Core::Get().RequestTimeline(OrEmpty(path), mark_cycles != 0) ? 0 : 1;

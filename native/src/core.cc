@@ -348,6 +348,18 @@ int Core::Wait(int64_t handle) {
   return state;
 }
 
+int Core::WaitAll(const int64_t *handles, int32_t count) {
+  if (handles_.AllDone(handles, count)) return handles_.WaitAll(handles, count);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++callers_waiting_;
+  }
+  work_cv_.notify_one();
+  int state = handles_.WaitAll(handles, count);
+  callers_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  return state;
+}
+
 bool Core::Iterate() {
   bool shutting_down;
   {

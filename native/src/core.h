@@ -68,6 +68,8 @@ class Core {
 
   // Blocks (on the handle table's condition variable) until the handle is done.
   int Wait(int64_t handle);
+  // hvdlite_wait_all: -1 unknown handle, 0 all succeeded, else 1 + the index of the first failure.
+  int WaitAll(const int64_t *handles, int32_t count);
   HandleTable &handles() { return handles_; }
 
  private:

@@ -34,6 +34,33 @@ int HandleTable::Wait(int64_t handle) {
   return state.error.empty() ? 0 : 1;
 }
 
+bool HandleTable::AllDone(const int64_t *handles, int32_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int32_t i = 0; i < count; ++i) {
+    auto it = states_.find(handles[i]);
+    if (it != states_.end() && !it->second.done) return false;
+  }
+  return true;
+}
+
+int HandleTable::WaitAll(const int64_t *handles, int32_t count) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  int first_failure = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    auto it = states_.find(handles[i]);
+    if (it == states_.end()) return -1;
+    HandleState &state = it->second;
+    done_.wait(lock, [&] { return state.done; });
+    if (!state.error.empty() && first_failure == 0) first_failure = i + 1;
+  }
+  return first_failure;
+}
+
+void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int32_t i = 0; i < count; ++i) states_.erase(handles[i]);
+}
+
 void HandleTable::Release(int64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   states_.erase(handle);

@@ -55,6 +55,10 @@ class HandleTable {
 
   int Poll(int64_t handle);
   int Wait(int64_t handle);
+  // Several handles under one lock: AllDone is false while one is pending (unknown ones count as done);
+  // WaitAll returns -1 for an unknown handle, else 0, or 1 + the index of the first that failed.
+  bool AllDone(const int64_t *handles, int32_t count);
+  int WaitAll(const int64_t *handles, int32_t count);
   // Like Wait, or kTimedOut once timeout has passed.
   static constexpr int kTimedOut = 2;
   template <typename Duration>
@@ -76,6 +80,7 @@ class HandleTable {
     return true;
   }
   void Release(int64_t handle);
+  void ReleaseAll(const int64_t *handles, int32_t count);
   size_t Size();
 
  private:

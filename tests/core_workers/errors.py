@@ -39,8 +39,13 @@ def check_mismatches(rank, size):
     expect_error(hvd.HvdliteError, ["collective operations", "'bad.kind'", "allreduce", "broadcast"],
                  hvd.allreduce if rank == 0 else hvd.broadcast, np.zeros(3), *(() if rank == 0 else (0,)),
                  name="bad.kind")
+    # One bad member fails the grouped call on every rank, once the whole group is done (one wait for all).
+    expect_error(hvd.HvdliteError, ["'grp.bad.1'", "rank 0 sent [2]", "rank 1 sent [3]"],
+                 hvd.grouped_allreduce, [np.ones(2), np.zeros(rank + 2), np.ones(4)], name="grp.bad", op=hvd.Sum)
     # The same names work afterwards: errors are not cached.
     assert np.allclose(hvd.allreduce(np.ones(2), name="bad.shape", op=hvd.Sum), size)
+    grouped = hvd.grouped_allreduce([np.ones(2), np.ones(3), np.ones(4)], name="grp.bad", op=hvd.Sum)
+    assert [o.shape for o in grouped] == [(2,), (3,), (4,)] and all(np.allclose(o, size) for o in grouped)
 
 
 def check_local_errors(rank):
