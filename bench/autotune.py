@@ -1,11 +1,12 @@
 """What autotune (HVDLITE_AUTOTUNE=1) finds and gains on the synthetic PyTorch training benchmark.
 
-    python bench/autotune.py [--rounds 2] [--json PATH] [--plot [PATH]]
+    python bench/autotune.py [--rounds 2] [--json PATH] [--plot [PATH]] [torch_synthetic.py options]
 
 Runs bench/torch_synthetic.py's hvdlite job with autotune off and on, alternately (--rounds times each), long
 enough for the tuner to try its candidates and settle. Throughput is compared over the last --tail timed
 iterations of each run, after the tuner has settled; the tuner's CSV log (its trials) is kept next to the
-JSON. The default settings it starts from are those of hvdlite/config.py.
+JSON. The default settings it starts from are those of hvdlite/config.py. Options this script does not know
+(--batch-size, --width, ...) go to torch_synthetic.py's worker.
 """
 import argparse
 import csv
@@ -29,13 +30,13 @@ def run(autotune, log_path, args, workdir):
         env.update(HVDLITE_AUTOTUNE="1", HVDLITE_AUTOTUNE_LOG=log_path)
     command = [sys.executable, "-m", "hvdlite.run", "-np", "2", sys.executable, os.path.join(HERE, "torch_synthetic.py"),
                "--worker", "hvdlite", "--result-file", result_file, "--num-iters", str(args.iters),
-               "--num-batches-per-iter", "5"]
+               "--num-batches-per-iter", "5", *args.worker_options]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0 or not os.path.exists(result_file):
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"torch_synthetic.py failed (autotune={autotune})")
     with open(result_file) as f:
-        return json.load(f)["samples_per_s_per_iter"]
+        return json.load(f)["hvdlite"]["samples_per_s_per_iter"]
 
 
 def main():
@@ -45,7 +46,7 @@ def main():
     parser.add_argument("--tail", type=int, default=8, help="last iterations compared (tuner settled)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "autotune.json"))
     parser.add_argument("--plot", nargs="?", const=os.path.join(ROOT, "docs", "benchmarks", "autotune.png"))
-    args = parser.parse_args()
+    args, args.worker_options = parser.parse_known_args()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     log_path = os.path.splitext(os.path.abspath(args.json))[0] + "_log.csv"
     tails = {False: [], True: []}
@@ -57,8 +58,10 @@ def main():
                 per_iter = run(autotune, log_path, args, workdir)
                 iterations[autotune].append(per_iter)
                 tails[autotune].append(statistics.mean(per_iter[-args.tail:]))
-    with open(log_path) as f:
-        trials = list(csv.DictReader(f))
+    trials = []
+    if os.path.exists(log_path):  # a run too short for the tuner's first sample logs nothing
+        with open(log_path) as f:
+            trials = list(csv.DictReader(f))
     settled = trials[-1] if trials and trials[-1]["phase"] == "settled" else None
     gain = statistics.median(on / off for on, off in zip(tails[True], tails[False]))
     lines = [f"hvdlite samples/s over the last {args.tail} iterations (median of {args.rounds} runs): "
