@@ -92,10 +92,9 @@ int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::stri
     ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
   work_cv_.notify_one();
-  int state = 0;
-  for (size_t i = 0; i < count; ++i) state |= handles_.Wait(handles[i]) != 0;
+  const int state = handles_.WaitAll(handles, static_cast<int32_t>(count));
   callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
-  return state;
+  return state == 0 ? 0 : 1;
 }
 
 int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
@@ -336,27 +335,16 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   TearDown();
 }
 
-int Core::Wait(int64_t handle) {
-  if (handles_.Poll(handle) != 0) return handles_.Wait(handle);  // done (or unknown): no need to hurry anyone
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++callers_waiting_;
-  }
-  work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
-  int state = handles_.Wait(handle);
-  callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
-  return state;
-}
-
 int Core::WaitAll(const int64_t *handles, int32_t count) {
+  // Done (or unknown) already: no need to hurry anyone.
   if (handles_.AllDone(handles, count)) return handles_.WaitAll(handles, count);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++callers_waiting_;
   }
-  work_cv_.notify_one();
+  work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
   int state = handles_.WaitAll(handles, count);
-  callers_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
   return state;
 }
 
@@ -547,25 +535,28 @@ void Core::Distribute(std::vector<Entry> &fresh) {
 }
 
 void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result) {
-  FinishBatch(set, {&entry}, error, result);
+  Entry *one = &entry;
+  FinishBatch(set, &one, 1, error, result);
 }
 
-void Core::FinishBatch(ProcessSet &set, const std::vector<Entry *> &entries, const std::string &error,
+void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
                        int64_t result) {
   finished_handles_.clear();
   finished_entries_.clear();
-  for (Entry *e : entries) {
+  for (size_t i = 0; i < count; ++i) {
+    Entry *e = entries[i];
     if (!e) continue;
     finished_entries_.push_back(e);
     finished_handles_.push_back(e->handle);
   }
+  if (finished_entries_.empty()) return;  // nothing here (joined, or no eager results): wake nobody
   {
     // Out of flight before the handles complete: a waiter may resubmit the names at once.
     std::lock_guard<std::mutex> lock(mutex_);
     for (Entry *e : finished_entries_) in_flight_.erase(InFlightKey(set.id, e->request.name));
   }
   finished_ += static_cast<int64_t>(finished_entries_.size());
-  handles_.CompleteAll(finished_handles_, [&](size_t i, HandleState &s) {
+  handles_.CompleteAll(finished_handles_.data(), finished_handles_.size(), [&](size_t i, HandleState &s) {
     Entry &e = *finished_entries_[i];
     s.error = error;
     s.result = result;
@@ -578,6 +569,7 @@ void Core::FinishBatch(ProcessSet &set, const std::vector<Entry *> &entries, con
 
 void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
   const bool record = timeline_.active();
+  eager_finished_.clear();
   for (const EagerResult &eager : done) {
     const Request &spec = eager.response.spec;
     round_allreduce_bytes_ += spec.NumElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
@@ -589,8 +581,9 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
       timeline_.Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
       timeline_.Record(spec.name, "EAGER_ALLREDUCE", e.negotiation_start, Clock::now());
     }
-    Finish(set, e, "");
+    eager_finished_.push_back(&e);
   }
+  FinishBatch(set, eager_finished_.data(), eager_finished_.size(), "");
 }
 
 void Core::Execute(ProcessSet &set, const RoundResult &round) {
@@ -631,7 +624,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     }
     if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
     std::string error = executor_->Execute(set, batch, locals);
-    FinishBatch(set, locals, error);
+    FinishBatch(set, locals.data(), locals.size(), error);
   }
   for (const Response *change : changes) ApplyProcessSetChange(*change);
   auto &order = set.arrival_order;

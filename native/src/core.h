@@ -66,9 +66,9 @@ class Core {
   int ProcessSetRank(int32_t id);
   bool RequestTimeline(const std::string &path, bool mark_cycles);
 
-  // Blocks (on the handle table's condition variable) until the handle is done.
-  int Wait(int64_t handle);
-  // hvdlite_wait_all: -1 unknown handle, 0 all succeeded, else 1 + the index of the first failure.
+  // Block (on the handle table's condition variable) until the handles are done. Wait: 0 success, 1 error,
+  // -1 unknown handle; WaitAll: -1 unknown handle, 0 all succeeded, else 1 + the index of the first failure.
+  int Wait(int64_t handle) { return WaitAll(&handle, 1); }
   int WaitAll(const int64_t *handles, int32_t count);
   HandleTable &handles() { return handles_; }
 
@@ -86,7 +86,7 @@ class Core {
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
   // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
-  void FinishBatch(ProcessSet &set, const std::vector<Entry *> &entries, const std::string &error,
+  void FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
                    int64_t result = 0);
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
@@ -141,6 +141,7 @@ class Core {
   int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
   std::vector<Entry *> finished_entries_;  // FinishBatch's working lists, reused
   std::vector<int64_t> finished_handles_;
+  std::vector<Entry *> eager_finished_;    // FinishEager's batch, reused
   Clock::time_point last_round_;
   std::vector<Entry> fresh_;
   Settings settings_;

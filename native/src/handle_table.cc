@@ -24,16 +24,6 @@ int HandleTable::Poll(int64_t handle) {
   return it->second.done ? 1 : 0;
 }
 
-int HandleTable::Wait(int64_t handle) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto it = states_.find(handle);
-  if (it == states_.end()) return -1;
-  // unordered_map references stay valid across inserts and erases of other keys.
-  HandleState &state = it->second;
-  done_.wait(lock, [&] { return state.done; });
-  return state.error.empty() ? 0 : 1;
-}
-
 bool HandleTable::AllDone(const int64_t *handles, int32_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (int32_t i = 0; i < count; ++i) {

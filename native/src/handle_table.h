@@ -25,23 +25,16 @@ class HandleTable {
   // Marks done and wakes waiters. The fill function runs under the lock and may move data in.
   template <typename Fill>
   void Complete(int64_t handle, Fill fill) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = states_.find(handle);
-      if (it == states_.end()) return;
-      fill(it->second);
-      it->second.done = true;
-    }
-    done_.notify_all();
+    CompleteAll(&handle, 1, [&](size_t, HandleState &s) { fill(s); });
   }
   // Complete for many handles under one lock and one wake-up: a fused batch of hundreds of tensors
   // otherwise wakes its waiter once per tensor (measured: 2-8 us per tensor on a shared core).
   // fill(i, state) fills the state of handles[i].
   template <typename Fill>
-  void CompleteAll(const std::vector<int64_t> &handles, Fill fill) {
+  void CompleteAll(const int64_t *handles, size_t count, Fill fill) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < handles.size(); ++i) {
+      for (size_t i = 0; i < count; ++i) {
         auto it = states_.find(handles[i]);
         if (it == states_.end()) continue;
         fill(i, it->second);
@@ -54,7 +47,8 @@ class HandleTable {
   void Succeed(int64_t handle, int64_t result = 0);
 
   int Poll(int64_t handle);
-  int Wait(int64_t handle);
+  // 0 success, 1 error, -1 unknown handle.
+  int Wait(int64_t handle) { return WaitAll(&handle, 1); }
   // Several handles under one lock: AllDone is false while one is pending (unknown ones count as done);
   // WaitAll returns -1 for an unknown handle, else 0, or 1 + the index of the first that failed.
   bool AllDone(const int64_t *handles, int32_t count);

@@ -26,21 +26,15 @@ class RingAllreduce::Layout {
 
   // Where to receive [begin, begin + bytes) of the outputs.
   Span ReceiveSpan(int64_t begin, int64_t bytes) const {
-    size_t first = PieceAt(begin);
-    const int64_t offset = begin - ring_.piece_begin_[first];
-    if (offset + bytes <= pieces_[first].bytes) {
-      return Span{pieces_[first].output + offset, static_cast<int>(bytes), MPI_BYTE};
+    if (const uint8_t *whole = InOnePiece(begin, bytes, /*input=*/false)) {
+      return Span{const_cast<uint8_t *>(whole), static_cast<int>(bytes), MPI_BYTE};
     }
     ring_.block_lengths_.clear();
     ring_.block_addresses_.clear();
-    for (size_t i = first; bytes > 0; ++i) {
-      const int64_t skip = i == first ? offset : 0;
-      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
-      if (take <= 0) continue;
+    ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
       ring_.block_lengths_.push_back(static_cast<int>(take));
       ring_.block_addresses_.push_back(reinterpret_cast<MPI_Aint>(pieces_[i].output + skip));
-      bytes -= take;
-    }
+    });
     MPI_Datatype type;
     MPI_Type_create_hindexed(static_cast<int>(ring_.block_lengths_.size()), ring_.block_lengths_.data(),
                              ring_.block_addresses_.data(), MPI_BYTE, &type);
@@ -53,33 +47,22 @@ class RingAllreduce::Layout {
   // the pieces copied into staging. MPICH sends a derived datatype by packing it, measured 2.5x slower than
   // memcpy plus a contiguous send; receiving into one costs no more than a contiguous receive.
   const uint8_t *Contiguous(int64_t begin, int64_t bytes, bool input, uint8_t *staging) const {
-    size_t first = PieceAt(begin);
-    const int64_t offset = begin - ring_.piece_begin_[first];
-    if (offset + bytes <= pieces_[first].bytes) return Address(first, input) + offset;
+    if (const uint8_t *whole = InOnePiece(begin, bytes, input)) return whole;
     uint8_t *to = staging;
-    for (size_t i = first; bytes > 0; ++i) {
-      const int64_t skip = i == first ? offset : 0;
-      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
-      if (take <= 0) continue;
+    ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
       std::memcpy(to, Address(i, input) + skip, static_cast<size_t>(take));
       to += take;
-      bytes -= take;
-    }
+    });
     return staging;
   }
 
   // output = input (op) received over [begin, begin + bytes), piece by piece.
   void Reduce(int64_t begin, int64_t bytes, const uint8_t *received, DataType dtype, ReduceOp op) const {
     const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-    for (size_t i = PieceAt(begin); bytes > 0; ++i) {
-      const int64_t skip = begin - ring_.piece_begin_[i];
-      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
-      if (take <= 0) continue;
+    ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
       ReduceTo(pieces_[i].output + skip, pieces_[i].input + skip, received, take / element, dtype, op);
       received += take;
-      begin += take;
-      bytes -= take;
-    }
+    });
   }
 
  private:
@@ -87,6 +70,24 @@ class RingAllreduce::Layout {
     const std::vector<int64_t> &begin = ring_.piece_begin_;
     size_t i = std::upper_bound(begin.begin(), begin.end(), byte) - begin.begin();
     return std::min(i == 0 ? 0 : i - 1, pieces_.size() - 1);
+  }
+  // f(piece, offset in the piece, bytes) for each piece's run of [begin, begin + bytes), in order.
+  template <typename F>
+  void ForEachRun(int64_t begin, int64_t bytes, F f) const {
+    for (size_t i = PieceAt(begin); bytes > 0; ++i) {
+      const int64_t skip = begin - ring_.piece_begin_[i];
+      const int64_t take = std::min(bytes, pieces_[i].bytes - skip);
+      if (take <= 0) continue;  // an empty piece
+      f(i, skip, take);
+      begin += take;
+      bytes -= take;
+    }
+  }
+  // The address of [begin, begin + bytes) when one piece holds all of it, else null.
+  const uint8_t *InOnePiece(int64_t begin, int64_t bytes, bool input) const {
+    const size_t i = PieceAt(begin);
+    const int64_t offset = begin - ring_.piece_begin_[i];
+    return offset + bytes <= pieces_[i].bytes ? Address(i, input) + offset : nullptr;
   }
   uint8_t *Address(size_t i, bool input) const {
     return input ? const_cast<uint8_t *>(pieces_[i].input) : pieces_[i].output;
