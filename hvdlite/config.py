@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 MiB = 1024 * 1024
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
-ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi")  # index = enum hvdlite_allreduce_algorithm
+ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct")  # index = enum hvdlite_allreduce_algorithm
 OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
@@ -125,14 +125,15 @@ SETTINGS = (
             _parse_bool, "Turn the stall inspector off", flag="--no-stall-check"),
     Setting("allreduce_algorithm", "HVDLITE_ALLREDUCE_ALGORITHM", None, "auto", "choice",
             _choice_parser(ALLREDUCE_ALGORITHMS),
-            "All-reduce algorithm: auto picks by message size, ring or mpi force one",
+            "All-reduce algorithm: auto picks by message size (MPI_Allreduce for small ones; direct where all "
+            "ranks share a host and may read each other's memory, else ring); ring, mpi or direct force one",
             flag="--allreduce-algorithm", choices=ALLREDUCE_ALGORITHMS),
     Setting("ring_segment_bytes", "HVDLITE_RING_SEGMENT_BYTES", None, 4 * MiB, "bytes", _parse_non_negative_int,
             "Pipelining segment of the ring all-reduce in bytes (measured: docs/benchmarks.md)",
             default_text="4194304 (4 MiB)"),
     Setting("auto_ring_min_bytes", "HVDLITE_AUTO_RING_MIN_BYTES", None, 256 * 1024, "bytes",
-            _parse_non_negative_int, "With auto, messages from this many bytes use the ring, smaller ones "
-            "MPI_Allreduce (measured: docs/benchmarks.md)", default_text="262144 (256 KiB)"),
+            _parse_non_negative_int, "With auto, messages from this many bytes use direct (or the ring), "
+            "smaller ones MPI_Allreduce (measured: docs/benchmarks.md)", default_text="262144 (256 KiB)"),
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, up to this "
             "many bytes per round; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),

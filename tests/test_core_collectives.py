@@ -12,7 +12,7 @@ WORKER_PATH = {"PYTHONPATH": os.path.join(TESTS_DIR, "core_workers"),
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
-@pytest.mark.parametrize("algorithm", ["ring", "mpi", "auto"])
+@pytest.mark.parametrize("algorithm", ["ring", "mpi", "direct", "auto"])
 def test_every_collective_matches_float64_reference(nranks, algorithm):
     env = dict(WORKER_PATH, HVDLITE_ALLREDUCE_ALGORITHM=algorithm, HVDLITE_RING_SEGMENT_BYTES="4096")
     assert_ran_ok(run_mpi(nranks, WORKER, algorithm, env=env), nranks)

@@ -28,7 +28,10 @@ AllreduceAlgorithm &CollectiveExecutor::Choose(int64_t bytes) {
   switch (settings_.algorithm) {
     case HVDLITE_ALGORITHM_RING: return ring_;
     case HVDLITE_ALGORITHM_MPI: return mpi_;
-    default: return bytes >= settings_.auto_ring_min_bytes ? static_cast<AllreduceAlgorithm &>(ring_) : mpi_;
+    case HVDLITE_ALGORITHM_DIRECT: return direct_;  // init checked that it is available
+    default:
+      if (bytes < settings_.auto_ring_min_bytes) return mpi_;
+      return settings_.direct_available ? static_cast<AllreduceAlgorithm &>(direct_) : ring_;
   }
 }
 
@@ -66,25 +69,33 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   const int64_t total = batch.total_bytes / static_cast<int64_t>(element);
   AllreduceAlgorithm &algorithm = Choose(batch.total_bytes);
 
+  auto failed = [&](const std::string &error) {
+    return "all-reduce of '" + spec.name + "'" +
+           (batch.parts.size() > 1 ? " (fused with " + std::to_string(batch.parts.size() - 1) + " more)" : "") +
+           ": " + error;
+  };
+
   // One tensor that this rank holds: reduce in its output directly, no fusion-buffer copies.
   if (batch.parts.size() == 1 && locals[0]) {
     Entry &e = *locals[0];
     auto start = Clock::now();
+    std::string error;
     if (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype)) {
-      algorithm.RunFrom(ctx, e.input, e.output, total, spec.dtype, spec.op);
+      error = algorithm.RunFrom(ctx, e.input, e.output, total, spec.dtype, spec.op);
     } else {
       ScaleCopy(e.output, e.input, total, spec.dtype, spec.prescale);
       start = Clock::now();
-      algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
+      error = algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
     }
-    Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
+    Record(locals, algorithm.timeline_phase(), start);
+    if (!error.empty()) return failed(error);
     FinishReduction(e.output, e.output, total, spec.dtype, spec.op, spec.postscale, ctx.size);
     return "";
   }
 
-  // A fused batch for the ring, every tensor held here and no prescale: reduce the tensors where they are.
+  // A fused batch, every tensor held here and no prescale: reduce the tensors where they are.
   const bool all_local = std::find(locals.begin(), locals.end(), nullptr) == locals.end();
-  if (&algorithm == &ring_ && all_local && (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype))) {
+  if (algorithm.takes_pieces() && all_local && (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype))) {
     pieces_.clear();
     for (size_t i = 0; i < batch.parts.size(); ++i) {
       const int64_t bytes = batch.parts[i]->spec.NumElements() * static_cast<int64_t>(element);
@@ -92,8 +103,9 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
                                                    static_cast<uint8_t *>(locals[i]->output), bytes});
     }
     auto start = Clock::now();
-    ring_.RunPieces(ctx, pieces_, total, spec.dtype, spec.op);
-    Record(locals, "RING_ALLREDUCE", start);
+    std::string error = algorithm.RunPieces(ctx, pieces_, total, spec.dtype, spec.op);
+    Record(locals, algorithm.timeline_phase(), start);
+    if (!error.empty()) return failed(error);
     for (const BufferPiece &piece : pieces_) {
       FinishReduction(piece.output, piece.output, piece.bytes / static_cast<int64_t>(element), spec.dtype, spec.op,
                       spec.postscale, ctx.size);
@@ -114,8 +126,9 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   Record(locals, "MEMCPY_IN_FUSION_BUFFER", start);
 
   start = Clock::now();
-  algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
-  Record(locals, algorithm.name()[0] == 'r' ? "RING_ALLREDUCE" : "MPI_ALLREDUCE", start);
+  std::string error = algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
+  Record(locals, algorithm.timeline_phase(), start);
+  if (!error.empty()) return failed(error);
 
   start = Clock::now();
   offset = 0;

@@ -1,10 +1,11 @@
-// Runs agreed collectives: a fused batch for the ring is reduced where its tensors are; others are copied
-// into the persistent fusion buffer (prescale), reduced by the algorithm chosen for the size and copied out
-// (postscale, average); and the other collectives over the set's communicator. Every rank calls it with
+// Runs agreed collectives: a fused batch is reduced where its tensors are by the algorithms that can (ring,
+// direct); otherwise it is copied into the persistent fusion buffer (prescale), reduced by the algorithm
+// chosen for the size and copied out (postscale, average); and the other collectives over the set's communicator. Every rank calls it with
 // the same batches in the same order.
 #pragma once
 #include <vector>
 
+#include "algorithms/direct_allreduce.h"
 #include "algorithms/mpi_allreduce.h"
 #include "algorithms/ring_allreduce.h"
 #include "messages.h"
@@ -17,6 +18,7 @@ struct AlgorithmSettings {
   int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
   int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
   int64_t auto_ring_min_bytes = 256 << 10;
+  bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
 };
 
 class CollectiveExecutor {
@@ -39,8 +41,9 @@ class CollectiveExecutor {
   Timeline &timeline_;
   RingAllreduce ring_;
   MpiAllreduce mpi_;
+  DirectAllreduce direct_;
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
-  std::vector<BufferPiece> pieces_;     // a batch the ring reduces in place, reused
+  std::vector<BufferPiece> pieces_;     // a batch reduced where its tensors are, reused
   std::vector<uint8_t> scratch_;
 };
 

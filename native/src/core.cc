@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "algorithms/cross_memory.h"
 #include "fusion_planner.h"
 #include "logging.h"
 #include "mpi_types.h"
@@ -241,6 +242,18 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
+  AlgorithmSettings algorithms = settings.algorithms;
+  std::string why_not_direct;
+  algorithms.direct_available = CrossMemoryWorks(world_, &why_not_direct);
+  if (!algorithms.direct_available) {
+    if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
+      *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
+               "memory (process_vm_readv), but " + why_not_direct + "; use ring or auto";
+      MPI_Comm_free(&world_);
+      return false;
+    }
+    Log(LogLevel::kDebug, "direct all-reduce unavailable (auto uses the ring): " + why_not_direct);
+  }
   MPI_Comm_dup(world_, &wake_comm_);  // wake messages out of quiet, apart from everything else
   quiet_ = false;
   wake_request_ = MPI_REQUEST_NULL;
@@ -270,7 +283,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   sets_.clear();
   sets_[0] = std::make_unique<ProcessSet>(0, all, world_, settings.cache_capacity);
   next_set_id_ = 1;
-  executor_ = std::make_unique<CollectiveExecutor>(settings.algorithms, timeline_);
+  executor_ = std::make_unique<CollectiveExecutor>(algorithms, timeline_);
   autotuner_.reset();
   if (settings.autotune && t.rank == 0) {
     autotuner_ = std::make_unique<Autotuner>(settings.fusion_threshold_bytes, settings.cycle_time_ms,
@@ -297,6 +310,7 @@ void Core::PublishProcessSets() {
 
 void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // every rank is meant to wake at the same cycle boundary
+  prctl(PR_SET_NAME, "hvdlite-core", 0, 0, 0);  // how top -H, perf and gdb name this thread
   std::string error;
   bool ok = SetUp(settings, parent, &error);
   if (ok) PublishProcessSets();
@@ -563,8 +577,9 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     s.output = std::move(e.core_output);
     s.output_shape = std::move(e.output_shape);
     s.received_splits = std::move(e.received_splits);
-  });
+  }, /*wake=*/false);
   for (Entry *e : finished_entries_) set.pending.erase(e->request.name);  // the entries are gone after this
+  handles_.WakeWaiters();
 }
 
 void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {

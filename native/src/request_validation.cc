@@ -45,13 +45,12 @@ bool ReducesValues(Collective c) { return c == Collective::kAllreduce || c == Co
 }  // namespace
 
 std::string CheckLocalRequest(const Request &r, int32_t set_size) {
-  std::ostringstream out;
+  // Plain string concatenation: this runs for every request, and an ostringstream costs more than the checks.
   if (r.name.empty()) return "tensor name must not be empty";
   if (ReducesValues(r.collective)) {
     if (r.dtype == DataType::kBool) {
-      out << "Unsupported dtype bool for " << CollectiveName(r.collective) << " of tensor '" << r.name
-          << "' (bool is supported by allgather, broadcast and alltoall)";
-      return out.str();
+      return std::string("Unsupported dtype bool for ") + CollectiveName(r.collective) + " of tensor '" + r.name +
+             "' (bool is supported by allgather, broadcast and alltoall)";
     }
     if (r.op == ReduceOp::kAdasum) {
       return "Adasum is not implemented in hvdlite (tensor '" + r.name + "')";
@@ -60,21 +59,18 @@ std::string CheckLocalRequest(const Request &r, int32_t set_size) {
       return "Unknown reduce op " + std::to_string(static_cast<int32_t>(r.op)) + " for tensor '" + r.name + "'";
     }
     if (!IsFloatingPoint(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0)) {
-      out << "prescale_factor/postscale_factor apply to floating-point tensors only; tensor '" << r.name
-          << "' has dtype " << DataTypeName(r.dtype);
-      return out.str();
+      return "prescale_factor/postscale_factor apply to floating-point tensors only; tensor '" + r.name +
+             "' has dtype " + DataTypeName(r.dtype);
     }
   }
   if (r.collective == Collective::kBroadcast && (r.root_rank < 0 || r.root_rank >= set_size)) {
-    out << "Invalid root rank " << r.root_rank << " for broadcast of tensor '" << r.name
-        << "': the process set has " << set_size << " ranks";
-    return out.str();
+    return "Invalid root rank " + std::to_string(r.root_rank) + " for broadcast of tensor '" + r.name +
+           "': the process set has " + std::to_string(set_size) + " ranks";
   }
   if ((r.collective == Collective::kAllgather || r.collective == Collective::kAlltoall ||
        r.collective == Collective::kReducescatter) && r.shape.empty()) {
-    out << CollectiveName(r.collective) << " of tensor '" << r.name
-        << "' needs at least one dimension (got a scalar)";
-    return out.str();
+    return std::string(CollectiveName(r.collective)) + " of tensor '" + r.name +
+           "' needs at least one dimension (got a scalar)";
   }
   for (int64_t d : r.shape) {
     if (d < 0) return "Negative dimension in shape of tensor '" + r.name + "'";

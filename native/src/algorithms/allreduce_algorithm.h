@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../types.h"
+#include "buffer_layout.h"
 
 namespace hvdlite {
 
@@ -16,28 +18,58 @@ struct CommContext {
   int32_t size;
 };
 
-// One tensor of a fused batch, as the ring sees the batch: tensors laid end to end in one virtual buffer,
-// each read from its own input and written to its own output (which may be the input).
-struct BufferPiece {
-  const uint8_t *input;
-  uint8_t *output;
-  int64_t bytes;
-};
-
 class AllreduceAlgorithm {
  public:
   virtual ~AllreduceAlgorithm() = default;
   virtual const char *name() const = 0;
+  virtual const char *timeline_phase() const = 0;
   // In place: buffer holds this rank's input and ends with the reduction, bitwise equal on all ranks.
-  // kAverage reduces as a sum; the caller divides.
-  virtual void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // kAverage reduces as a sum; the caller divides. Each returns an error message (the same kind of failure
+  // on every rank), or an empty string.
+  [[nodiscard]] virtual std::string Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) = 0;
   // input -> output (they may be the same buffer). By default: copy, then in place; algorithms that can
   // read the input where they first need it skip that copy.
-  virtual void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
-                       ReduceOp op) {
+  [[nodiscard]] virtual std::string RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count,
+                                            DataType dtype, ReduceOp op) {
     if (input != output) std::memcpy(output, input, static_cast<size_t>(count) * DataTypeSize(dtype));
-    Run(ctx, output, count, dtype, op);
+    return Run(ctx, output, count, dtype, op);
   }
+  // Whether RunPieces can reduce a fused batch where its tensors are (else the caller packs it into one
+  // buffer first).
+  virtual bool takes_pieces() const { return false; }
+  // The pieces laid end to end (count elements in all; every rank's pieces have the same sizes).
+  [[nodiscard]] virtual std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces,
+                                              int64_t count, DataType dtype, ReduceOp op) {
+    return std::string(name()) + " all-reduce cannot reduce a batch in pieces";
+  }
+};
+
+// An algorithm written over pieces: one buffer is the batch of one piece.
+class PiecewiseAllreduce : public AllreduceAlgorithm {
+ public:
+  std::string Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) final {
+    return RunFrom(ctx, buffer, buffer, count, dtype, op);
+  }
+  std::string RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
+                      ReduceOp op) final {
+    single_.assign(1, BufferPiece{static_cast<const uint8_t *>(input), static_cast<uint8_t *>(output),
+                                  count * static_cast<int64_t>(DataTypeSize(dtype))});
+    return RunPieces(ctx, single_, count, dtype, op);
+  }
+  bool takes_pieces() const final { return true; }
+
+ protected:
+  // One rank, or nothing to reduce: outputs are the inputs.
+  static bool CopyIfTrivial(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count) {
+    if (ctx.size > 1 && count > 0) return false;
+    for (const BufferPiece &p : pieces) {
+      if (p.input != p.output) std::memcpy(p.output, p.input, static_cast<size_t>(p.bytes));
+    }
+    return true;
+  }
+
+ private:
+  std::vector<BufferPiece> single_;  // reused: no allocation per call
 };
 
 }  // namespace hvdlite

@@ -7,12 +7,12 @@
 
 namespace hvdlite {
 
-void MpiAllreduce::Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) {
-  RunFrom(ctx, buffer, buffer, count, dtype, op);
+std::string MpiAllreduce::Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) {
+  return RunFrom(ctx, buffer, buffer, count, dtype, op);
 }
 
-void MpiAllreduce::RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
-                           ReduceOp op) {
+std::string MpiAllreduce::RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count,
+                                  DataType dtype, ReduceOp op) {
   const MpiTypes &types = GlobalMpiTypes();
   MPI_Datatype datatype = types.Datatype(dtype);
   MPI_Op mpi_op = types.Op(dtype, op);
@@ -24,6 +24,7 @@ void MpiAllreduce::RunFrom(const CommContext &ctx, const void *input, void *outp
     const void *in = input == output ? MPI_IN_PLACE : static_cast<const uint8_t *>(input) + start * element;
     MPI_Allreduce(in, out, n, datatype, mpi_op, ctx.comm);
   }
+  return "";
 }
 
 }  // namespace hvdlite

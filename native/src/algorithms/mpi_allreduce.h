@@ -7,9 +7,10 @@ namespace hvdlite {
 class MpiAllreduce : public AllreduceAlgorithm {
  public:
   const char *name() const override { return "mpi"; }
-  void Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) override;
-  void RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
-               ReduceOp op) override;
+  const char *timeline_phase() const override { return "MPI_ALLREDUCE"; }
+  std::string Run(const CommContext &ctx, void *buffer, int64_t count, DataType dtype, ReduceOp op) override;
+  std::string RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count, DataType dtype,
+                      ReduceOp op) override;
 };
 
 }  // namespace hvdlite

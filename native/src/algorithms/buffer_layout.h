@@ -1,0 +1,71 @@
+// A fused batch seen as one virtual buffer: its tensors (pieces) laid end to end, each read from its own
+// input and written to its own output. Algorithms that reduce a batch where its tensors are walk byte
+// ranges of this buffer piece by piece instead of copying the batch into one fusion buffer.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../types.h"
+
+namespace hvdlite {
+
+struct BufferPiece {
+  const uint8_t *input;
+  uint8_t *output;  // may be input
+  int64_t bytes;
+};
+
+class BufferLayout {
+ public:
+  // Reuses its offsets table: no allocation once it has seen the largest batch.
+  void Reset(const std::vector<BufferPiece> &pieces) {
+    pieces_ = &pieces;
+    begin_.resize(pieces.size() + 1);
+    begin_[0] = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) begin_[i + 1] = begin_[i] + pieces[i].bytes;
+  }
+  const std::vector<BufferPiece> &pieces() const { return *pieces_; }
+  int64_t begin_of(size_t i) const { return begin_[i]; }  // where piece i starts in the virtual buffer
+
+  // f(piece index, offset in the piece, bytes) for each piece's run of [begin, begin + bytes), in order.
+  template <typename F>
+  void ForEachRun(int64_t begin, int64_t bytes, F f) const {
+    for (size_t i = PieceAt(begin); bytes > 0; ++i) {
+      const int64_t skip = begin - begin_[i];
+      const int64_t take = std::min(bytes, (*pieces_)[i].bytes - skip);
+      if (take <= 0) continue;  // an empty piece
+      f(i, skip, take);
+      begin += take;
+      bytes -= take;
+    }
+  }
+
+  // The address of [begin, begin + bytes) when one piece holds all of it, else null.
+  uint8_t *InOnePiece(int64_t begin, int64_t bytes, bool input) const {
+    const size_t i = PieceAt(begin);
+    const int64_t offset = begin - begin_[i];
+    return offset + bytes <= (*pieces_)[i].bytes ? Address(i, input) + offset : nullptr;
+  }
+
+  uint8_t *Address(size_t i, bool input) const {
+    const BufferPiece &p = (*pieces_)[i];
+    return input ? const_cast<uint8_t *>(p.input) : p.output;
+  }
+
+  // output = (input, or output with from_output) (op) received over [begin, begin + bytes), piece by piece;
+  // received is contiguous.
+  void Reduce(int64_t begin, int64_t bytes, const uint8_t *received, bool from_output, DataType dtype,
+              ReduceOp op) const;
+
+ private:
+  size_t PieceAt(int64_t byte) const {  // the piece holding byte (the last one for the end)
+    size_t i = std::upper_bound(begin_.begin(), begin_.end(), byte) - begin_.begin();
+    return std::min(i == 0 ? 0 : i - 1, pieces_->size() - 1);
+  }
+
+  const std::vector<BufferPiece> *pieces_ = nullptr;
+  std::vector<int64_t> begin_;  // begin_[i]: where piece i starts in the virtual buffer
+};
+
+}  // namespace hvdlite

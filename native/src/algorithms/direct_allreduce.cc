@@ -1,0 +1,96 @@
+#include "direct_allreduce.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace hvdlite {
+namespace {
+
+// Peers' shares are read and reduced this much at a time, so that what was read is reduced from cache.
+constexpr int64_t kChunkBytes = 256 << 10;
+
+// Every rank learns whether all succeeded; the failing rank reports its own error, the others name it.
+std::string Agree(const CommContext &ctx, const std::string &local_error, const char *phase) {
+  int first_failed = local_error.empty() ? ctx.size : ctx.rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, ctx.comm);
+  if (first_failed == ctx.size) return "";
+  if (!local_error.empty()) return "direct all-reduce, " + std::string(phase) + ": " + local_error;
+  return "direct all-reduce, " + std::string(phase) + ": failed on rank " + std::to_string(first_failed) +
+         " of the process set (see its error)";
+}
+
+}  // namespace
+
+void DirectAllreduce::Stage(int64_t begin, int64_t bytes, bool input) {
+  uint8_t *to = staged_ + begin;
+  layout_.ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    std::memcpy(to, layout_.Address(i, input) + skip, static_cast<size_t>(take));
+    to += take;
+  });
+}
+
+std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces,
+                                       int64_t count, DataType dtype, ReduceOp op) {
+  if (CopyIfTrivial(ctx, pieces, count)) return "";
+  const int n = ctx.size;
+  const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  auto share_begin = [&](int s) { return count * s / n * element; };
+  const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
+  layout_.Reset(pieces);
+  const bool staged = pieces.size() > 1;
+  Published &mine = (published_.resize(n), published_[ctx.rank]);
+  mine.pid = static_cast<uint64_t>(getpid());
+  if (staged) {
+    staged_ = staging_.Reserve(static_cast<size_t>(count * element));
+    Stage(0, begin, /*input=*/true);  // the shares peers reduce; this rank's own share is read in place
+    Stage(end, count * element - end, /*input=*/true);
+    mine.inputs = mine.results = reinterpret_cast<uint64_t>(staged_);
+  } else {
+    mine.inputs = reinterpret_cast<uint64_t>(pieces[0].input);
+    mine.results = reinterpret_cast<uint64_t>(pieces[0].output);
+  }
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, published_.data(), sizeof(Published), MPI_BYTE, ctx.comm);
+
+  // Reduce-scatter: output = input (op) every peer's input over this rank's share, a chunk at a time.
+  // Peers meanwhile read other shares of this rank's inputs, which nothing here writes.
+  std::string error;
+  const int64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
+  if (static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, end - begin)) {
+    scratch_.resize(std::min(chunk_bytes, end - begin));
+  }
+  for (int64_t chunk = begin; chunk < end && error.empty(); chunk += chunk_bytes) {
+    const int64_t bytes = std::min(chunk_bytes, end - chunk);
+    for (int k = 1; k < n; ++k) {
+      const int peer = (ctx.rank + k) % n;
+      reader_.Begin(static_cast<pid_t>(published_[peer].pid));
+      reader_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
+      if (!reader_.Finish()) {
+        error = "reading rank " + std::to_string(peer) + "'s input: " + reader_.error();
+        break;
+      }
+      layout_.Reduce(chunk, bytes, scratch_.data(), /*from_output=*/k > 1, dtype, op);
+    }
+    if (staged && error.empty()) Stage(chunk, bytes, /*input=*/false);  // while the result is in cache
+  }
+  error = Agree(ctx, error, "reduce-scatter");
+  if (!error.empty()) return error;
+
+  // All-gather: every other share, read from the rank that reduced it into this rank's outputs.
+  for (int k = 1; k < n && error.empty(); ++k) {
+    const int owner = (ctx.rank + k) % n;
+    const int64_t from = share_begin(owner);
+    reader_.Begin(static_cast<pid_t>(published_[owner].pid));
+    layout_.ForEachRun(from, share_begin(owner + 1) - from, [&](size_t i, int64_t skip, int64_t take) {
+      const int64_t at = layout_.begin_of(i) + skip;
+      reader_.Add(layout_.Address(i, /*input=*/false) + skip, published_[owner].results + static_cast<uint64_t>(at),
+                  take);
+    });
+    if (!reader_.Finish()) error = "reading rank " + std::to_string(owner) + "'s result: " + reader_.error();
+  }
+  // Nobody returns (and lets its caller touch the outputs) while a peer may still be reading them.
+  return Agree(ctx, error, "all-gather");
+}
+
+}  // namespace hvdlite
