@@ -1,4 +1,4 @@
-"""float32 all-reduce from 4 B to 256 MiB: hvdlite (ring, MPI, auto) against MPI_Allreduce and gloo.
+"""float32 all-reduce from 4 B to 256 MiB: hvdlite (ring, MPI, direct, auto) against MPI_Allreduce and gloo.
 
     OMP_NUM_THREADS=1 mpiexec -n 2 python bench/allreduce.py [--plot] [--json PATH]
 
@@ -8,7 +8,7 @@ Python. Two flavours are timed: `hvd.allreduce_async` + `hvd.synchronize` (the n
 its output every call like any function returning a new array), and the pointer-level
 `hvdlite.requests.submit` + `Handle.wait` into a preallocated output, which is what the framework adapters
 use and what mpi4py's `Allreduce(send, recv)` and gloo's in-place `all_reduce` do. The algorithm columns
-(ring, mpi, auto) use the latter. Each hvdlite algorithm needs its own init, so the run has one phase per
+(ring, mpi, direct, auto) use the latter. Each hvdlite algorithm needs its own init, so the run has one phase per
 algorithm, and MPI and gloo are timed again, interleaved, in each phase; ratios pair rounds of one phase.
 """
 import os
@@ -23,7 +23,7 @@ from common import COMM, MPI, human_bytes, median, median_ratio, say, verdict  #
 import hvdlite as hvd  # noqa: E402
 from hvdlite.requests import Collective, Request, submit  # noqa: E402
 
-ALGORITHMS = ("ring", "mpi", "auto")
+ALGORITHMS = ("ring", "mpi", "direct", "auto")
 SIZES = [4 * 4 ** k for k in range(14)]  # 4 B .. 256 MiB
 LARGE = 1 << 20
 SMALL = 4096
@@ -135,17 +135,20 @@ def targets(rows):
 
 
 def print_tables(rows, checks):
-    header = ["size", "MPI us", "gloo us", "ring us", "mpi us", "auto us", "auto(np) us", "auto algbw GB/s",
-              "auto busbw GB/s", "MPI busbw", "gloo busbw", "ring/MPI", "mpi/MPI", "auto/MPI", "auto/gloo"]
+    header = ["size", "MPI us", "gloo us", "ring us", "mpi us", "direct us", "auto us", "auto(np) us",
+              "auto algbw GB/s", "auto busbw GB/s", "MPI busbw", "gloo busbw", "ring/MPI", "mpi/MPI", "direct/MPI",
+              "auto/MPI", "auto/gloo"]
     table = []
     for row in rows:
         m, r = row["methods"], row["ratios"]
         table.append([human_bytes(row["bytes"]), f"{m['mpi']['latency_us']:.1f}", f"{m['gloo']['latency_us']:.1f}",
                       f"{m['ring']['latency_us']:.1f}", f"{m['mpi_alg']['latency_us']:.1f}",
-                      f"{m['auto']['latency_us']:.1f}", f"{m['auto_numpy']['latency_us']:.1f}",
+                      f"{m['direct']['latency_us']:.1f}", f"{m['auto']['latency_us']:.1f}",
+                      f"{m['auto_numpy']['latency_us']:.1f}",
                       f"{m['auto']['algbw_GBps']:.3f}", f"{m['auto']['busbw_GBps']:.3f}",
                       f"{m['mpi']['busbw_GBps']:.3f}", f"{m['gloo']['busbw_GBps']:.3f}",
                       f"{r['ring']['bw_vs_mpi']:.2f}", f"{r['mpi_alg']['bw_vs_mpi']:.2f}",
+                      f"{r['direct']['bw_vs_mpi']:.2f}",
                       f"{r['auto']['bw_vs_mpi']:.2f}", f"{r['auto']['bw_vs_gloo']:.2f}"])
     text = common.format_table(header, table)
     text += "\n\n" + common.format_table(["target", "measured", "result"],
@@ -160,7 +163,8 @@ def plot(rows, path, nranks=None):
     sizes = [row["bytes"] for row in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     labels = {"mpi": "MPI_Allreduce (mpi4py)", "gloo": "gloo (torch.distributed)", "ring": "hvdlite ring",
-              "mpi_alg": "hvdlite mpi", "auto": "hvdlite auto", "auto_numpy": "hvdlite auto, numpy API"}
+              "mpi_alg": "hvdlite mpi", "direct": "hvdlite direct", "auto": "hvdlite auto",
+              "auto_numpy": "hvdlite auto, numpy API"}
     for key, label in labels.items():
         if key not in rows[0]["methods"]:
             continue

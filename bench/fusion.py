@@ -4,10 +4,11 @@ total bytes, and against the same N tensors with fusion disabled.
     OMP_NUM_THREADS=1 mpiexec -n 2 python bench/fusion.py [--count 256] [--kib 16] [--plot] [--json PATH]
 
 "many" is what a training step does with its gradients: every tensor is submitted at once
-(`hvd.allreduce_async`, or the pointer-level `hvdlite.requests.submit` that the adapters use), then all are
+(`hvd.allreduce_async`, or the pointer-level `PreparedRequest.submit` that the torch optimizer uses), then all are
 synchronized; the background thread negotiates and fuses them into as few all-reduces as the fusion threshold
 allows. "grouped" submits the same N all-reduces in one call (`hvd.grouped_allreduce_async`, or the pointer-level
-`submit_group` + `wait_all` that the torch optimizer's buckets use): the per-tensor Python calls go. "one" is a single all-reduce of count x kib KiB through the same pointer-level path. The unfused run
+`PreparedGroup`, filled once and submitted every step): the per-tensor Python calls go. "one" is a single
+all-reduce of count x kib KiB through the same pointer-level path. The unfused run
 needs its own init (HVDLITE_FUSION_THRESHOLD=0); "one" is timed again, interleaved, in that phase so that its
 ratio pairs rounds of one phase.
 """
@@ -21,7 +22,7 @@ import common  # noqa: E402
 from common import COMM, MPI, human_bytes, median, median_ratio, say, verdict  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
-from hvdlite.requests import Collective, Request, release_all, submit, submit_group, wait_all  # noqa: E402
+from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, submit  # noqa: E402
 
 TARGET = 1.5
 
@@ -41,8 +42,11 @@ def methods_for(count, elements, fused):
     big_request = request(big, big_out, "fusion.one")
     mpi_out = np.empty_like(big)
 
+    # As the torch optimizer submits each gradient: a request prepared once, given its buffers every step.
+    prepared_each = [(PreparedRequest(r), r.input_ptr, r.output_ptr, r.keepalive) for r in requests]
+
     def many():
-        handles = [submit(r) for r in requests]
+        handles = [p.submit(x, out, keep) for p, x, out, keep in prepared_each]
         for h in handles:
             h.wait()
             h.release()
@@ -52,10 +56,12 @@ def methods_for(count, elements, fused):
         for h in handles:
             hvd.synchronize(h)
 
+    prepared = PreparedGroup(requests)
+
     def grouped():
-        handles = submit_group(requests)
-        wait_all(handles)
-        release_all(handles)
+        group = prepared.submit()
+        group.wait()
+        group.release()
 
     def grouped_numpy():
         return hvd.synchronize(hvd.grouped_allreduce_async(xs, name="fusion.group", op=hvd.Sum))
@@ -134,14 +140,14 @@ def main():
                "measured": round(ratios["many_vs_one"], 2), "pass": ratios["many_vs_one"] <= TARGET},
               {"target": f"same through the numpy API (hvd.allreduce_async) <= {TARGET}x",
                "measured": round(ratios["many_numpy_vs_one"], 2), "pass": ratios["many_numpy_vs_one"] <= TARGET},
-              {"target": f"same submitted in one call (pointer-level submit_group) <= {TARGET}x",
+              {"target": f"same submitted in one call (pointer-level PreparedGroup) <= {TARGET}x",
                "measured": round(ratios["grouped_vs_one"], 2), "pass": ratios["grouped_vs_one"] <= TARGET},
               {"target": f"same through hvd.grouped_allreduce_async <= {TARGET}x",
                "measured": round(ratios["grouped_numpy_vs_one"], 2), "pass": ratios["grouped_numpy_vs_one"] <= TARGET}]
     rows = [["one all-reduce of the same bytes", f"{times['one']:.2f}", "1.00"],
             ["N async, fused (pointer-level submit)", f"{times['many']:.2f}", f"{ratios['many_vs_one']:.2f}"],
             ["N async, fused (numpy API)", f"{times['many_numpy']:.2f}", f"{ratios['many_numpy_vs_one']:.2f}"],
-            ["N in one call, fused (pointer-level submit_group)", f"{times['grouped']:.2f}",
+            ["N in one call, fused (pointer-level PreparedGroup)", f"{times['grouped']:.2f}",
              f"{ratios['grouped_vs_one']:.2f}"],
             ["N in one call, fused (hvd.grouped_allreduce_async)", f"{times['grouped_numpy']:.2f}",
              f"{ratios['grouped_numpy_vs_one']:.2f}"],

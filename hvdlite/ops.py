@@ -11,8 +11,7 @@ import numpy as np
 
 from .basics import _require_init
 from .process_sets import global_process_set
-from .requests import (Collective, Request, address, auto_name, dtype_name, release_all, run, submit, submit_group,
-                       wait_all)
+from .requests import Collective, PreparedGroup, Request, address, auto_name, dtype_name, run, submit
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 
@@ -116,37 +115,44 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     return _run(request, lambda handle: output)
 
 
+# Prepared groups of named grouped all-reduces: a training loop submits the same names, dtypes and shapes
+# every step, so their C requests are filled once (bounded: cleared when full).
+_PREPARED_GROUPS = {}
+_PREPARED_GROUPS_LIMIT = 256
+
+
+def _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
+    key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor,
+           tuple((a.dtype, a.shape) for a in arrays))
+    prepared = _PREPARED_GROUPS.get(key) if name else None
+    if prepared is None:
+        base = name or auto_name("grouped_allreduce", process_set)
+        prepared = PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
+                                          op, prescale_factor, postscale_factor, process_set=process_set)
+                                  for i, a in enumerate(arrays)])
+        if name:
+            if len(_PREPARED_GROUPS) >= _PREPARED_GROUPS_LIMIT:
+                _PREPARED_GROUPS.clear()
+            _PREPARED_GROUPS[key] = prepared
+    return prepared
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    base = name or auto_name("grouped_allreduce", process_set)
-    pairs = [_allreduce_request(t, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
-             for i, t in enumerate(tensors)]
-    handles = submit_group([request for request, _ in pairs])
-    outputs = [output for _, output in pairs]
+    arrays = [np.ascontiguousarray(t) for t in tensors]
+    outputs = [np.empty_like(a) for a in arrays]
+    prepared = _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set)
+    group = prepared.submit([(address(a), address(out)) for a, out in zip(arrays, outputs)], (arrays, outputs))
     # One int handle for the group, as in Horovod: synchronize returns the list.
-    return _track(_GroupHandle(handles), lambda group: outputs)
+    return _track(group, lambda group: outputs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set):
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
                                                process_set))
-
-
-class _GroupHandle:
-    def __init__(self, handles):
-        self.handles = handles
-
-    def poll(self):
-        return all(h.poll() for h in self.handles)
-
-    def wait(self):
-        wait_all(self.handles)
-
-    def release(self):
-        release_all(self.handles)
 
 
 def _allgather_request(tensor, name, process_set):

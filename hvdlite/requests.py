@@ -300,6 +300,67 @@ class PreparedRequest:
         return _enqueue(c_request, keepalive, self.name)
 
 
+class GroupHandle:
+    """The handles of a group submitted in one call, kept as the C array the core filled: waiting and
+    releasing are one C call each, with no Python object per member."""
+
+    __slots__ = ("_ids", "_count", "_names", "_keepalive")
+
+    def __init__(self, ids, count, names, keepalive):
+        self._ids, self._count, self._names, self._keepalive = ids, count, names, keepalive
+
+    def poll(self):
+        return bool(lib.hvdlite_all_done(self._ids, self._count))
+
+    def wait(self):
+        """Waits for every member; then raises HvdliteError for the first that failed, if any."""
+        code = lib.hvdlite_wait_all(self._ids, self._count)
+        if code > 0:
+            Handle(self._ids[code - 1], None, self._names[code - 1]).raise_error()
+        if code < 0:
+            raise HvdliteError("wait: the group was already released")
+
+    def release(self):
+        if self._keepalive is not None:
+            lib.hvdlite_release_all(self._ids, self._count)
+            self._keepalive = None
+
+    def __del__(self):
+        if getattr(self, "_keepalive", None) is not None and lib.hvdlite_all_done(self._ids, self._count):
+            self.release()
+
+
+class PreparedGroup:
+    """Requests filled into their C form once, then submitted together again and again (with new buffers
+    or the same): what a training step does with the same gradients every step. A submission sets two
+    pointers per member at most and makes one C call, instead of rebuilding every request."""
+
+    __slots__ = ("_c", "_owned", "_names", "_count")
+
+    def __init__(self, requests):
+        self._count = len(requests)
+        self._c = ffi.new("hvdlite_request[]", max(self._count, 1))
+        self._owned = [r.keepalive for r in requests]
+        for c_request, request in zip(self._c, requests):
+            _fill(c_request, request, self._owned)
+        self._names = [r.name for r in requests]
+
+    def submit(self, buffers=None, keepalive=None):
+        """Submits every member; buffers, if given, is one (input address, output address) per member
+        (same dtypes and shapes as prepared) and keepalive what holds them. Returns a GroupHandle."""
+        c_requests = self._c
+        if buffers is not None:
+            for c_request, (input_address, output_address) in zip(c_requests, buffers):
+                c_request.input = _pointer(input_address)
+                c_request.output = _pointer(output_address)
+        ids = ffi.new("hvdlite_handle[]", max(self._count, 1))
+        error = _error_buffer()
+        code = lib.hvdlite_enqueue_group(c_requests, self._count, ids, error, len(error))
+        if code != 0:
+            _raise_for(code, error)
+        return GroupHandle(ids, self._count, self._names, keepalive if keepalive is not None else self._owned)
+
+
 def run(request):
     """Submits one request and waits for it (a synchronous collective); returns its finished Handle.
 

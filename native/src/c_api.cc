@@ -157,6 +157,9 @@ hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int 
 }
 
 int hvdlite_poll(hvdlite_handle handle) { return Core::Get().handles().Poll(handle); }
+int hvdlite_all_done(const hvdlite_handle *handles, int32_t count) {
+  return Core::Get().handles().AllDone(handles, std::max(0, count)) ? 1 : 0;
+}
 int hvdlite_wait(hvdlite_handle handle) { return Core::Get().Wait(handle); }
 int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count) {
   return Core::Get().WaitAll(handles, std::max(0, count));

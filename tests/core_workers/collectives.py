@@ -50,11 +50,14 @@ def check_allreduce(rank, size, rounds):
 
 
 def check_grouped(rank, size):
-    tensors = [rank_input(d, (5 + i,), rank, "sum", ("g", d)) for i, d in enumerate(DTYPES)]
-    outs = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grouped")
-    for i, (d, out) in enumerate(zip(DTYPES, outs)):
-        expected = reduce_reference([rank_input(d, (5 + i,), r, "sum", ("g", d)) for r in range(size)], "sum")
-        check_close(f"grouped.{i}", out, expected, d, "grouped_allreduce")
+    # The same name step after step reuses the group's prepared requests with new buffers and values; new
+    # shapes under that name prepare a new group.
+    for step, extra in ((0, 5), (1, 5), (2, 5), (3, 9)):
+        tensors = [rank_input(d, (extra + i,), rank, "sum", ("g", d, step)) for i, d in enumerate(DTYPES)]
+        outs = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grouped")
+        for i, (d, out) in enumerate(zip(DTYPES, outs)):
+            inputs = [rank_input(d, (extra + i,), r, "sum", ("g", d, step)) for r in range(size)]
+            check_close(f"grouped.{i}", out, reduce_reference(inputs, "sum"), d, f"grouped_allreduce step {step}")
 
 
 def check_allgather(rank, size):
