@@ -103,7 +103,6 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
     *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
     return -3;
   }
-  std::unordered_set<std::string> group_names;  // duplicates within the group (more than one entry)
   for (Entry &e : entries) {
     int32_t set_id = e.process_set_id;
     auto members = published_sets_.find(set_id);
@@ -136,23 +135,25 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
       *error = problem;
       return -1;
     }
-    std::string key = InFlightKey(set_id, e.request.name);
-    if (in_flight_.count(key) || (entries.size() > 1 && !group_names.insert(key).second)) {
+  }
+  // Inserting the names in flight finds duplicates, within the group too; a failed group takes its names back.
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry &e = entries[i];
+    if (!in_flight_.insert(InFlightKey(e.process_set_id, e.request.name)).second) {
+      for (size_t j = 0; j < i; ++j) in_flight_.erase(InFlightKey(entries[j].process_set_id, entries[j].request.name));
       *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
-               "process set " + std::to_string(set_id) + "; wait for it before submitting the name again";
+               "process set " + std::to_string(e.process_set_id) + "; wait for it before submitting the name again";
       return -2;
     }
   }
   int32_t group_id = entries.size() > 1 ? next_group_id_++ : 0;
   auto now = Clock::now();
+  handles_.CreateMany(handles, entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     Entry &e = entries[i];
-    int32_t set_id = e.process_set_id;
     e.request.group_id = group_id;
     e.enqueued = now;
-    e.handle = handles_.Create();
-    handles[i] = e.handle;
-    in_flight_.insert(InFlightKey(set_id, e.request.name));
+    e.handle = handles[i];
     queue_.push_back(std::move(e));
   }
   return 0;

@@ -2,11 +2,12 @@
 
 namespace hvdlite {
 
-int64_t HandleTable::Create() {
+void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t handle = next_++;
-  states_.emplace(handle, HandleState{});
-  return handle;
+  for (size_t i = 0; i < count; ++i) {
+    handles[i] = next_++;
+    states_.emplace(handles[i], HandleState{});
+  }
 }
 
 void HandleTable::Fail(int64_t handle, const std::string &error) {

@@ -21,7 +21,7 @@ struct HandleState {
 
 class HandleTable {
  public:
-  int64_t Create();
+  void CreateMany(int64_t *handles, size_t count);  // new pending handles, under one lock
   // Marks done and wakes waiters. The fill function runs under the lock and may move data in.
   template <typename Fill>
   void Complete(int64_t handle, Fill fill) {
