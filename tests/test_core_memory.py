@@ -17,6 +17,10 @@ def step(i):
     hvd.allgather(np.ones((hvd.rank() + 1, 3)), name="gather")
     hvd.broadcast(np.ones(100), root_rank=0, name="bcast")
     hvd.allreduce(np.ones(7), name=f"unique.{i}")  # a new name every step: the cache must evict
+    # A named group reuses its prepared requests; at 1.25 MB it takes the large-message path (direct on
+    # one host: a staging buffer reused step after step).
+    outs = hvd.grouped_allreduce([np.full(40000, float(j)) for j in range(4)], name="group")
+    assert outs[3][0] == 3 and len(ops._PREPARED_GROUPS) == 1
 
 hvd.init()
 for i in range(300):
