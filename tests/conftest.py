@@ -1,4 +1,6 @@
-"""Shared test helpers: run a worker script under the MPI library's own mpiexec from inside pytest."""
+"""Shared test helpers: run a worker script under the MPI library's own mpiexec from inside pytest, and read
+the timeline it wrote."""
+import json
 import os
 import subprocess
 import sys
@@ -34,3 +36,15 @@ def assert_ran_ok(result, nranks, marker="WORKER OK"):
 @pytest.fixture
 def mpirun():
     return run_mpi
+
+
+def timeline_phases(path):
+    """{tensor name: set of phase names} from a timeline file (json.load fails on invalid JSON)."""
+    with open(path) as f:
+        events = json.load(f)
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
+    phases = {}
+    for e in events:
+        if e.get("ph") == "X":
+            phases.setdefault(rows[e["tid"]], set()).add(e["name"])
+    return phases

@@ -1,12 +1,11 @@
 """The direct all-reduce: each rank reads its share straight out of its peers' memory (process_vm_readv).
 Checked on 2, 3 and 4 real ranks against float64 references, and auto's choice of it seen in the timeline."""
-import json
 import os
 import textwrap
 
 import pytest
 
-from conftest import TESTS_DIR, assert_ran_ok, run_mpi
+from conftest import TESTS_DIR, assert_ran_ok, run_mpi, timeline_phases
 
 WORKER = os.path.join(TESTS_DIR, "core_workers", "direct.py")
 WORKER_ENV = {"PYTHONPATH": os.path.join(TESTS_DIR, "core_workers"),
@@ -32,12 +31,6 @@ def test_auto_reduces_large_messages_directly_and_small_ones_through_mpi(tmp_pat
         print("WORKER OK")
     """))
     assert_ran_ok(run_mpi(2, str(script), env={"HVDLITE_TIMELINE": str(trace)}), 2)
-    with open(trace) as f:
-        events = json.load(f)
-    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
-    phases = {}
-    for e in events:
-        if e.get("ph") == "X":
-            phases.setdefault(rows[e["tid"]], set()).add(e["name"])
+    phases = timeline_phases(trace)
     assert "DIRECT_ALLREDUCE" in phases["big"], phases["big"]
     assert "DIRECT_ALLREDUCE" not in phases["small"] and "RING_ALLREDUCE" not in phases["small"], phases["small"]

@@ -1,5 +1,4 @@
 """The timeline is a valid Chrome trace with every phase of every tensor, even when the job is killed."""
-import json
 import os
 import signal
 import subprocess
@@ -7,20 +6,9 @@ import sys
 import textwrap
 import time
 
-from conftest import assert_ran_ok, mpiexec_path, run_mpi
+from conftest import assert_ran_ok, mpiexec_path, run_mpi, timeline_phases
 
 PHASES = {"QUEUE", "NEGOTIATE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"}
-
-
-def _events_by_tensor(path):
-    with open(path) as f:
-        events = json.load(f)
-    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
-    phases = {}
-    for e in events:
-        if e.get("ph") == "X":
-            phases.setdefault(rows[e["tid"]], set()).add(e["name"])
-    return phases
 
 
 def test_timeline_from_environment_records_every_phase(tmp_path):
@@ -37,7 +25,7 @@ def test_timeline_from_environment_records_every_phase(tmp_path):
         print("WORKER OK")
     """))
     assert_ran_ok(run_mpi(2, str(script), env={"HVDLITE_TIMELINE": str(trace)}), 2)
-    phases = _events_by_tensor(trace)
+    phases = timeline_phases(trace)
     for i in range(4):
         assert PHASES <= phases[f"grad.{i}"], phases[f"grad.{i}"]
         assert phases[f"grad.{i}"] & {"MPI_ALLREDUCE", "RING_ALLREDUCE"}
@@ -59,7 +47,7 @@ def test_timeline_started_and_stopped_at_run_time(tmp_path):
         print("WORKER OK")
     """))
     assert_ran_ok(run_mpi(2, str(script)), 2)
-    phases = _events_by_tensor(trace)
+    phases = timeline_phases(trace)
     assert "during" in phases and "before" not in phases and "after" not in phases, phases
 
 
@@ -82,5 +70,5 @@ def test_timeline_is_valid_json_after_kill(tmp_path):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    phases = _events_by_tensor(trace)  # json.load raises if the file is not valid JSON
+    phases = timeline_phases(trace)  # json.load raises if the file is not valid JSON
     assert any(name.startswith("t.") for name in phases)
