@@ -9,7 +9,7 @@ Prints 'WORKER OK' per rank on success.
 import numpy as np
 
 import hvdlite as hvd
-from hvdlite.requests import Collective, Request, address, release_all, submit_group, wait_all
+from hvdlite.requests import Collective, PreparedGroup, Request, address
 from reference import check_close, np_dtype, rank_input, reduce_reference
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
@@ -27,12 +27,13 @@ def run_group(label, dtype, op_name, sizes, in_place_every=2):
     inputs = [rank_input(dtype, (n,), rank, op_name, (label, i)) for i, n in enumerate(sizes)]
     outputs = [x if i % in_place_every == 0 else np.full_like(x, 99) for i, x in enumerate(inputs)]
     originals = [x.copy() for x in inputs]
-    requests = [Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, address(x), address(out),
-                        op=OPS[op_name], keepalive=(x, out))
-                for i, (x, out) in enumerate(zip(inputs, outputs))]
-    handles = submit_group(requests)
-    wait_all(handles)
-    release_all(handles)
+    # Prepared without buffers, given them at submission (as hvd.grouped_allreduce_async does).
+    group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, 0, 0, op=OPS[op_name])
+                           for i, x in enumerate(inputs)])
+    handle = group.submit([(address(x), address(out)) for x, out in zip(inputs, outputs)], (inputs, outputs))
+    handle.wait()
+    assert handle.poll(), f"{label}: a waited group must poll done"
+    handle.release()
     for i, (n, out) in enumerate(zip(sizes, outputs)):
         expected = reduce_reference([rank_input(dtype, (n,), r, op_name, (label, i)) for r in range(size)], op_name)
         check_close(f"{label}.{i}", out, expected, dtype, "direct allreduce")
