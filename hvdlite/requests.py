@@ -102,9 +102,7 @@ class Handle:
             self.raise_error()
 
     def raise_error(self):
-        buffer = error_buffer()
-        lib.hvdlite_handle_error(self._id, buffer, len(buffer))
-        raise HvdliteError(error_text(buffer) or f"request '{self.name}' failed")
+        _raise_handle_error(self._id, self.name)
 
     def result(self):
         return int(lib.hvdlite_handle_result(self._id))
@@ -220,22 +218,40 @@ def _raise_for(code, buffer):
     raise ValueError(message)
 
 
+def _raise_handle_error(handle_id, name):
+    buffer = error_buffer()
+    lib.hvdlite_handle_error(handle_id, buffer, len(buffer))
+    raise HvdliteError(error_text(buffer) or f"request '{name}' failed")
+
+
+def _filled_group(requests):
+    """The requests' C array, and what it points to (hold both until the core has copied them)."""
+    c_requests = ffi.new("hvdlite_request[]", max(len(requests), 1))
+    owned = []
+    for c_request, request in zip(c_requests, requests):
+        _fill(c_request, request, owned)
+    return c_requests, owned
+
+
+def _enqueue_group(c_requests, count):
+    """Submits count filled requests in one call; returns the C array of their handle ids."""
+    ids = ffi.new("hvdlite_handle[]", max(count, 1))
+    buffer = _error_buffer()
+    code = lib.hvdlite_enqueue_group(c_requests, count, ids, buffer, len(buffer))
+    if code != 0:
+        _raise_for(code, buffer)
+    return ids
+
+
 def submit_group(requests):
     """Submits requests that run together (fused where their types allow); returns their handles."""
     if not requests:
         return []
     if len(requests) == 1:
         return [submit(requests[0])]
-    c_requests = ffi.new("hvdlite_request[]", len(requests))
-    owned = []
-    for c_request, request in zip(c_requests, requests):
-        _fill(c_request, request, owned)
-    handles = ffi.new("hvdlite_handle[]", len(requests))
-    buffer = _error_buffer()
-    code = lib.hvdlite_enqueue_group(c_requests, len(requests), handles, buffer, len(buffer))
-    if code != 0:
-        _raise_for(code, buffer)
-    return [Handle(handles[i], r.keepalive, r.name) for i, r in enumerate(requests)]
+    c_requests, _owned = _filled_group(requests)
+    ids = _enqueue_group(c_requests, len(requests))
+    return [Handle(ids[i], r.keepalive, r.name) for i, r in enumerate(requests)]
 
 
 def wait_all(handles):
@@ -316,7 +332,7 @@ class GroupHandle:
         """Waits for every member; then raises HvdliteError for the first that failed, if any."""
         code = lib.hvdlite_wait_all(self._ids, self._count)
         if code > 0:
-            Handle(self._ids[code - 1], None, self._names[code - 1]).raise_error()
+            _raise_handle_error(self._ids[code - 1], self._names[code - 1])
         if code < 0:
             raise HvdliteError("wait: the group was already released")
 
@@ -339,10 +355,8 @@ class PreparedGroup:
 
     def __init__(self, requests):
         self._count = len(requests)
-        self._c = ffi.new("hvdlite_request[]", max(self._count, 1))
-        self._owned = [r.keepalive for r in requests]
-        for c_request, request in zip(self._c, requests):
-            _fill(c_request, request, self._owned)
+        self._c, self._owned = _filled_group(requests)
+        self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
 
     def submit(self, buffers=None, keepalive=None):
@@ -353,11 +367,7 @@ class PreparedGroup:
             for c_request, (input_address, output_address) in zip(c_requests, buffers):
                 c_request.input = _pointer(input_address)
                 c_request.output = _pointer(output_address)
-        ids = ffi.new("hvdlite_handle[]", max(self._count, 1))
-        error = _error_buffer()
-        code = lib.hvdlite_enqueue_group(c_requests, self._count, ids, error, len(error))
-        if code != 0:
-            _raise_for(code, error)
+        ids = _enqueue_group(c_requests, self._count)
         return GroupHandle(ids, self._count, self._names, keepalive if keepalive is not None else self._owned)
 
 

@@ -243,18 +243,6 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
-  AlgorithmSettings algorithms = settings.algorithms;
-  std::string why_not_direct;
-  algorithms.direct_available = CrossMemoryWorks(world_, &why_not_direct);
-  if (!algorithms.direct_available) {
-    if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
-      *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
-               "memory (process_vm_readv), but " + why_not_direct + "; use ring or auto";
-      MPI_Comm_free(&world_);
-      return false;
-    }
-    Log(LogLevel::kDebug, "direct all-reduce unavailable (auto uses the ring): " + why_not_direct);
-  }
   MPI_Comm_dup(world_, &wake_comm_);  // wake messages out of quiet, apart from everything else
   quiet_ = false;
   wake_request_ = MPI_REQUEST_NULL;
@@ -267,6 +255,20 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   MPI_Comm_split(world_, t.local_rank, t.rank, &cross_);
   MPI_Comm_rank(cross_, &t.cross_rank);
   MPI_Comm_size(cross_, &t.cross_size);
+  // The direct all-reduce needs every rank on this host (then local_size == size on every rank, else on
+  // none: all ranks take the same branch) and each able to read the others' memory.
+  AlgorithmSettings algorithms = settings.algorithms;
+  std::string why_not_direct = "the ranks are on more than one host";
+  algorithms.direct_available = t.local_size == t.size && CrossMemoryWorks(world_, &why_not_direct);
+  if (!algorithms.direct_available) {
+    if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
+      *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
+               "memory (process_vm_readv), but " + why_not_direct + "; use ring or auto";
+      for (MPI_Comm *comm : {&cross_, &local_, &wake_comm_, &world_}) MPI_Comm_free(comm);
+      return false;
+    }
+    Log(LogLevel::kDebug, "direct all-reduce unavailable (auto uses the ring): " + why_not_direct);
+  }
   // Overlapping async collectives with computation needs a core for the background thread: MPI busy-polls
   // while it waits, and a fused ring stalls when the two ends' threads are not running together.
   cpu_set_t cpus;

@@ -1,8 +1,17 @@
 #include "buffer_layout.h"
 
+#include <cstring>
+
 #include "../reduce_kernels.h"
 
 namespace hvdlite {
+
+void BufferLayout::Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to) const {
+  ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    std::memcpy(to, Address(i, input) + skip, static_cast<size_t>(take));
+    to += take;
+  });
+}
 
 void BufferLayout::Reduce(int64_t begin, int64_t bytes, const uint8_t *received, bool from_output, DataType dtype,
                           ReduceOp op) const {

@@ -34,7 +34,7 @@ class PeerReader {
   int error_number_ = 0;
 };
 
-// Collective over comm. True on every rank when all ranks share this host and each could read every
+// Collective over comm, whose ranks all share this host. True on every rank when each could read every
 // other's memory; false on every rank otherwise, with the reason in *why (the same on all ranks).
 bool CrossMemoryWorks(MPI_Comm comm, std::string *why);
 

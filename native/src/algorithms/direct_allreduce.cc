@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace hvdlite {
 namespace {
@@ -23,14 +22,6 @@ std::string Agree(const CommContext &ctx, const std::string &local_error, const 
 
 }  // namespace
 
-void DirectAllreduce::Stage(int64_t begin, int64_t bytes, bool input) {
-  uint8_t *to = staged_ + begin;
-  layout_.ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
-    std::memcpy(to, layout_.Address(i, input) + skip, static_cast<size_t>(take));
-    to += take;
-  });
-}
-
 std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces,
                                        int64_t count, DataType dtype, ReduceOp op) {
   if (CopyIfTrivial(ctx, pieces, count)) return "";
@@ -40,12 +31,14 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
   const bool staged = pieces.size() > 1;
-  Published &mine = (published_.resize(n), published_[ctx.rank]);
+  published_.resize(n);
+  Published &mine = published_[ctx.rank];
   mine.pid = static_cast<uint64_t>(getpid());
   if (staged) {
     staged_ = staging_.Reserve(static_cast<size_t>(count * element));
-    Stage(0, begin, /*input=*/true);  // the shares peers reduce; this rank's own share is read in place
-    Stage(end, count * element - end, /*input=*/true);
+    // The shares peers reduce, each at its own offset; this rank's own share is read in place.
+    layout_.Gather(0, begin, /*input=*/true, staged_);
+    layout_.Gather(end, count * element - end, /*input=*/true, staged_ + end);
     mine.inputs = mine.results = reinterpret_cast<uint64_t>(staged_);
   } else {
     mine.inputs = reinterpret_cast<uint64_t>(pieces[0].input);
@@ -72,7 +65,7 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
       }
       layout_.Reduce(chunk, bytes, scratch_.data(), /*from_output=*/k > 1, dtype, op);
     }
-    if (staged && error.empty()) Stage(chunk, bytes, /*input=*/false);  // while the result is in cache
+    if (staged && error.empty()) layout_.Gather(chunk, bytes, /*input=*/false, staged_ + chunk);  // still in cache
   }
   error = Agree(ctx, error, "reduce-scatter");
   if (!error.empty()) return error;

@@ -33,13 +33,10 @@ class DirectAllreduce : public PiecewiseAllreduce {
     uint64_t inputs;
     uint64_t results;
   };
-  // Copies [begin, begin + bytes) of the inputs (or outputs) into the staging buffer at the same offset.
-  void Stage(int64_t begin, int64_t bytes, bool input);
-
   BufferLayout layout_;
   PeerReader reader_;
   StagingBuffer staging_;
-  uint8_t *staged_ = nullptr;
+  uint8_t *staged_ = nullptr;  // the batch's bytes at their offsets (fused batches only)
   std::vector<Published> published_;
   std::vector<uint8_t> scratch_;  // one chunk of a peer's share, reduced while it is in cache
 };

@@ -1,8 +1,6 @@
 #include "ring_allreduce.h"
 
 #include <algorithm>
-#include <cstring>
-
 
 namespace hvdlite {
 
@@ -26,11 +24,7 @@ RingAllreduce::Span RingAllreduce::ReceiveSpan(int64_t begin, int64_t bytes) {
 
 const uint8_t *RingAllreduce::Contiguous(int64_t begin, int64_t bytes, bool input, uint8_t *staging) const {
   if (const uint8_t *whole = layout_.InOnePiece(begin, bytes, input)) return whole;
-  uint8_t *to = staging;
-  layout_.ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
-    std::memcpy(to, layout_.Address(i, input) + skip, static_cast<size_t>(take));
-    to += take;
-  });
+  layout_.Gather(begin, bytes, input, staging);
   return staging;
 }
 
