@@ -21,7 +21,7 @@ def test_repeated_allreduces_go_eager_and_match_reference(tmp_path, nranks):
 
 
 def test_eager_with_a_tiny_cache_and_payload(tmp_path):
-    # Evictions reassign planned bits; a 64-byte payload fits only some of the planned tensors.
+    # Evictions reassign planned bits; a 64-byte payload fits only the smallest tensors' rounds.
     env = _env(tmp_path, HVDLITE_CACHE_CAPACITY="4", HVDLITE_EAGER_MAX_BYTES="64")
     result = run_mpi(3, WORKER, "tiny", "eager-some", env=env)
     assert_ran_ok(result, 3)

@@ -24,10 +24,16 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
     const int32_t bit = prediction.bit;
     if (bit >= cache.capacity() || !cache.Used(bit)) continue;
     const Request &spec = cache.Get(bit).spec;
-    if (spec.collective != Collective::kAllreduce) continue;
     const int64_t count = spec.NumElements();
     const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(spec.dtype));
-    if (offset + bytes > max_bytes) continue;
+    if (spec.collective != Collective::kAllreduce || offset + bytes > max_bytes) {
+      // A predicted collective must go the normal way: the small ones ride its batch for free, while
+      // their bytes in the negotiation would only slow it down. Eager is for rounds it can finish alone.
+      for (const EagerSlot &slot : slots_) slot_of_bit_[slot.bit] = -1;
+      slots_.clear();
+      offset = 0;
+      break;
+    }
     slot_of_bit_[bit] = static_cast<int32_t>(slots_.size());
     slots_.push_back(EagerSlot{bit, offset, count, spec.dtype, spec.op});
     offset += (bytes + 7) / 8 * 8;

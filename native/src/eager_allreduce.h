@@ -4,7 +4,10 @@
 // rank set the tensor's bit, the reduced values come back with the bits: one collective instead of two
 // (negotiate, then reduce), which is most of the latency of a small synchronous all-reduce. A missed
 // prediction costs the tensor's bytes in that one round; the tensor then goes the normal way, and after
-// kMaxMisses missed rounds in a row it is no longer predicted.
+// kMaxMisses missed rounds in a row it is no longer predicted. Eager is all or nothing per round: when
+// anything predicted cannot ride (too big for max_bytes, not an all-reduce), that round runs a normal
+// collective anyway, and the small ones join its fused batch instead of lengthening the negotiation
+// (256 x 16 KiB: 0.1 ms faster than with the first 64 KiB riding eager).
 //
 // The prediction and the payload layout derive only from agreed state (the ready bits of past rounds and
 // the response cache, equal on every rank), so every rank lays out the same buffer without exchanging it.

@@ -41,13 +41,11 @@ def check_repeated(rank, size):
                 same_bytes_everywhere(got, name)
 
 
-def check_burst(rank, size):
-    # Several tensors per round, one of them too big for the payload: the rest share it, each at its offset.
-    shapes = {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.big": (20000,), "burst.d": (7,)}
+def run_burst(rank, size, shapes):
     for step in range(8):
         handles = []
         for name, shape in shapes.items():
-            dtype = "int32" if name == "burst.d" else "float32"
+            dtype = "int32" if name.endswith(".d") else "float32"
             x = rank_input(dtype, shape, rank, "sum", (name, step))
             handles.append((name, dtype, shape, hvd.allreduce_async(x, name=name, op=hvd.Sum)))
         for name, dtype, shape, handle in handles:
@@ -55,6 +53,13 @@ def check_burst(rank, size):
             inputs = [rank_input(dtype, shape, r, "sum", (name, step)) for r in range(size)]
             assert got.shape == shape
             check_close(name, got, reduce_reference(inputs, "sum"), dtype, f"burst step {step}")
+
+
+def check_burst(rank, size):
+    # Several tensors per round that fit the payload together: they share it, each at its offset.
+    run_burst(rank, size, {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.d": (7,)})
+    # One of them too big for the payload: that round runs a fused all-reduce anyway, and all of them join it.
+    run_burst(rank, size, {"big.a": (10,), "big.b": (3, 100), "big.c": (3000,), "big.big": (20000,), "big.d": (7,)})
 
 
 def check_late_rank(rank, size):
@@ -99,10 +104,13 @@ def check_process_set(rank, size):
     assert hvd.remove_process_set(ps)
 
 
-def eager_events(path):
+def eager_events(path, prefix=""):
+    """How many EAGER_ALLREDUCE events the timeline holds for tensors whose name starts with prefix."""
     with open(path) as f:
         events = json.load(f)
-    return sum(1 for e in events if e.get("ph") == "X" and e.get("name") == "EAGER_ALLREDUCE")
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
+    return sum(1 for e in events
+               if e.get("ph") == "X" and e.get("name") == "EAGER_ALLREDUCE" and rows[e["tid"]].startswith(prefix))
 
 
 def main():
@@ -121,6 +129,8 @@ def main():
         # check_repeated alone has 9 dtypes x 5 ops x 3 sizes x (REPEATS - 2) predictable rounds.
         if expect == "eager":
             assert count >= 9 * 5 * 3 * (REPEATS - 2) // 2, f"only {count} eager all-reduces"
+            bursts = eager_events(os.environ["HVDLITE_TIMELINE"], "burst."), eager_events(os.environ["HVDLITE_TIMELINE"], "big.")
+            assert bursts[0] > 0 and bursts[1] == 0, f"eager events: fitting burst {bursts[0]}, burst with one too big {bursts[1]}"
         elif expect == "eager-some":
             assert count > 0, "no eager all-reduce"
         else:
