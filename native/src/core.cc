@@ -16,8 +16,6 @@
 namespace hvdlite {
 namespace {
 
-std::string InFlightKey(int32_t set_id, const std::string &name) { return std::to_string(set_id) + ":" + name; }
-
 const char kShutDownMessage[] =
     "hvdlite has been shut down: a rank called shutdown() or exited, so this request cannot complete";
 
@@ -139,8 +137,8 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
   // Inserting the names in flight finds duplicates, within the group too; a failed group takes its names back.
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry &e = entries[i];
-    if (!in_flight_.insert(InFlightKey(e.process_set_id, e.request.name)).second) {
-      for (size_t j = 0; j < i; ++j) in_flight_.erase(InFlightKey(entries[j].process_set_id, entries[j].request.name));
+    if (!in_flight_[e.process_set_id].insert(e.request.name).second) {
+      for (size_t j = 0; j < i; ++j) in_flight_[entries[j].process_set_id].erase(entries[j].request.name);
       *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
                "process set " + std::to_string(e.process_set_id) + "; wait for it before submitting the name again";
       return -2;
@@ -344,7 +342,7 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       work_cv_.wait_for(lock, UntilBoundary(period), [&] {
         const bool keep_going = hold_async_ || idle_rounds_ < kMaxIdleRounds;
         return shutdown_requested_ || timeline_request_ ||
-               (callers_waiting_ > 0 && (!queue_.empty() || (!in_flight_.empty() && keep_going)));
+               (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && keep_going)));
       });
     }
     if (!Iterate()) break;
@@ -455,6 +453,13 @@ void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
   if (words[1] != kNone) set_cycle(static_cast<double>(words[1]) / 1000.0);
 }
 
+bool Core::AnyInFlight() const {
+  for (const auto &[id, names] : in_flight_) {
+    if (!names.empty()) return true;
+  }
+  return false;
+}
+
 bool Core::NothingPending() const {
   for (const auto &[id, set] : sets_) {
     if (!set->pending.empty()) return false;
@@ -535,7 +540,7 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     if (it == sets_.end() || !it->second->member()) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        in_flight_.erase(InFlightKey(set_id, e.request.name));
+        in_flight_[set_id].erase(e.request.name);
       }
       handles_.Fail(e.handle, "process set " + std::to_string(set_id) + " was removed before tensor '" +
                                   e.request.name + "' ran");
@@ -570,7 +575,8 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
   {
     // Out of flight before the handles complete: a waiter may resubmit the names at once.
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Entry *e : finished_entries_) in_flight_.erase(InFlightKey(set.id, e->request.name));
+    std::unordered_set<std::string> &names = in_flight_[set.id];
+    for (Entry *e : finished_entries_) names.erase(e->request.name);
   }
   finished_ += static_cast<int64_t>(finished_entries_.size());
   handles_.CompleteAll(finished_handles_.data(), finished_handles_.size(), [&](size_t i, HandleState &s) {
@@ -606,15 +612,18 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
 
 void Core::Execute(ProcessSet &set, const RoundResult &round) {
   FinishEager(set, round.eager);
-  const std::vector<Response> &ready = round.ready;
-  if (ready.empty() && round.eager.empty()) return;
+  if (round.cached.empty() && round.slow_path.empty() && round.eager.empty()) return;
   auto lookup = [&](const std::string &name) -> Entry * {
     auto it = set.pending.find(name);
     return it == set.pending.end() ? nullptr : &it->second;
   };
-  std::vector<const Response *> collectives;
+  // The collectives of the round and this rank's entry for each (null where it has none: it joined).
+  std::vector<const Response *> &collectives = round_collectives_;
+  std::vector<Entry *> &their_entries = round_entries_;
+  collectives.clear();
+  their_entries.clear();
   std::vector<const Response *> changes;
-  for (const Response &response : ready) {
+  auto sort_out = [&](const Response &response) {
     Entry *local = lookup(response.spec.name);
     if (!response.ok()) {
       if (local) Finish(set, *local, response.error);
@@ -626,12 +635,16 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
       changes.push_back(&response);
     } else {
       collectives.push_back(&response);
+      their_entries.push_back(local);
     }
-  }
+  };
+  for (const Response *response : round.cached) sort_out(*response);
+  for (const Response &response : round.slow_path) sort_out(response);
   const bool record = timeline_.active();
   for (const FusedBatch &batch : PlanFusion(collectives, settings_.fusion_threshold_bytes)) {
-    std::vector<Entry *> locals;
-    for (const Response *part : batch.parts) locals.push_back(lookup(part->spec.name));
+    std::vector<Entry *> &locals = batch_entries_;
+    locals.clear();
+    for (size_t member : batch.members) locals.push_back(their_entries[member]);
     if (record) {
       auto now = Clock::now();
       for (Entry *e : locals) {
@@ -645,7 +658,15 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     FinishBatch(set, locals.data(), locals.size(), error);
   }
   for (const Response *change : changes) ApplyProcessSetChange(*change);
+  ForgetFinishedArrivals(set);
+}
+
+void Core::ForgetFinishedArrivals(ProcessSet &set) {
   auto &order = set.arrival_order;
+  if (set.pending.empty()) {
+    order.clear();  // the usual end of a round that ran everything: no lookups
+    return;
+  }
   order.erase(std::remove_if(order.begin(), order.end(), [&](const std::string &n) { return !set.pending.count(n); }),
               order.end());
 }
@@ -682,7 +703,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
       for (auto &[name, e] : set.pending) {
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          in_flight_.erase(InFlightKey(id, name));
+          in_flight_[id].erase(name);
         }
         handles_.Fail(e.handle, "process set " + std::to_string(id) + " was removed before tensor '" + name + "' ran");
       }
@@ -693,9 +714,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
   }
   PublishProcessSets();
   if (local) Finish(global, *local, error, result);
-  auto &order = global.arrival_order;
-  order.erase(std::remove_if(order.begin(), order.end(), [&](const std::string &n) { return !global.pending.count(n); }),
-              order.end());
+  ForgetFinishedArrivals(global);
 }
 
 }  // namespace hvdlite

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -84,6 +85,8 @@ class Core {
   // Finishes what the round completed eagerly, then runs what it made ready.
   void Execute(ProcessSet &set, const RoundResult &round);
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
+  // Drops the names that finished from the set's arrival order.
+  void ForgetFinishedArrivals(ProcessSet &set);
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
   // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
   void FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
@@ -94,6 +97,7 @@ class Core {
   // Quiet: when a round shows that no rank has anything to do, every rank stops running rounds until one
   // of them gets work and sends the others a wake message (looked for once per cycle).
   bool NothingPending() const;
+  bool AnyInFlight() const;  // mutex_ held
   void GoQuiet();
   void WakePeers();
   bool WokenByPeer();
@@ -105,7 +109,8 @@ class Core {
   std::condition_variable work_cv_;   // wakes the background thread: new work or shutdown
   std::condition_variable ready_cv_;  // wakes Init: set-up finished
   std::vector<Entry> queue_;
-  std::unordered_set<std::string> in_flight_;  // "set:name" of every queued or pending request
+  // Names of every queued or pending request, per process set id (looked up without building a key).
+  std::unordered_map<int32_t, std::unordered_set<std::string>> in_flight_;
   std::map<int32_t, std::vector<int32_t>> published_sets_;
   std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
@@ -142,6 +147,9 @@ class Core {
   std::vector<Entry *> finished_entries_;  // FinishBatch's working lists, reused
   std::vector<int64_t> finished_handles_;
   std::vector<Entry *> eager_finished_;    // FinishEager's batch, reused
+  std::vector<const Response *> round_collectives_;  // Execute's working lists, reused
+  std::vector<Entry *> round_entries_;
+  std::vector<Entry *> batch_entries_;
   Clock::time_point last_round_;
   std::vector<Entry> fresh_;
   Settings settings_;

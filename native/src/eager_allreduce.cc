@@ -72,24 +72,28 @@ void EagerPlan::Allreduce(uint64_t *buffer, int32_t header_words, MPI_Comm comm)
 }
 
 void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
-  auto ready = [&](int32_t bit) { return std::binary_search(ready_bits.begin(), ready_bits.end(), bit); };
-  std::vector<Prediction> &kept = next_;
-  kept.clear();
-  for (Prediction p : predicted_) {
-    p.misses = ready(p.bit) ? 0 : p.misses + 1;
-    if (p.misses <= kMaxMisses) kept.push_back(p);
-  }
-  auto by_bit = [](const Prediction &a, const Prediction &b) { return a.bit < b.bit; };
-  if (!ready_bits.empty()) {
-    const size_t known = kept.size();  // kept[0, known) is sorted by bit, as predicted_ was
-    for (int32_t bit : ready_bits) {
-      const bool predicted = std::binary_search(kept.begin(), kept.begin() + known, Prediction{bit, 0}, by_bit);
-      if (!predicted && std::binary_search(previous_.begin(), previous_.end(), bit)) kept.push_back({bit, 0});
+  // predicted_, previous_ and ready_bits are all sorted by bit: one merge pass each.
+  std::vector<Prediction> &next = next_;
+  next.clear();
+  auto ready = ready_bits.begin();
+  auto previous = previous_.begin();
+  for (const Prediction &p : predicted_) {
+    // Bits ready now that were not predicted become predictions if they were ready last time too.
+    for (; ready != ready_bits.end() && *ready < p.bit; ++ready) {
+      while (previous != previous_.end() && *previous < *ready) ++previous;
+      if (previous != previous_.end() && *previous == *ready) next.push_back({*ready, 0});
     }
-    previous_ = ready_bits;
+    const bool hit = ready != ready_bits.end() && *ready == p.bit;
+    if (hit) ++ready;
+    const int misses = hit ? 0 : p.misses + 1;
+    if (misses <= kMaxMisses) next.push_back({p.bit, misses});
   }
-  std::sort(kept.begin(), kept.end(), by_bit);
-  predicted_.swap(kept);
+  for (; ready != ready_bits.end(); ++ready) {
+    while (previous != previous_.end() && *previous < *ready) ++previous;
+    if (previous != previous_.end() && *previous == *ready) next.push_back({*ready, 0});
+  }
+  if (!ready_bits.empty()) previous_ = ready_bits;
+  predicted_.swap(next);
 }
 
 void EagerPlan::FreeMpiObjects() {

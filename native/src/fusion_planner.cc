@@ -16,7 +16,8 @@ int64_t Bytes(const Response &r) {
 std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes) {
   std::vector<FusedBatch> batches;
   std::vector<size_t> open;  // indices of allreduce batches that may still take more
-  for (const Response *response : ready) {
+  for (size_t position = 0; position < ready.size(); ++position) {
+    const Response *response = ready[position];
     int64_t bytes = Bytes(*response);
     if (response->spec.collective == Collective::kAllreduce) {
       bool placed = false;
@@ -27,6 +28,7 @@ std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, i
         bool same_group = response->spec.group_id != 0 && head.group_id == response->spec.group_id;
         if (same_group || (threshold_bytes > 0 && batch.total_bytes + bytes <= threshold_bytes)) {
           batch.parts.push_back(response);
+          batch.members.push_back(position);
           batch.total_bytes += bytes;
           placed = true;
           break;
@@ -35,7 +37,7 @@ std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, i
       if (placed) continue;
       open.push_back(batches.size());
     }
-    batches.push_back(FusedBatch{{response}, bytes});
+    batches.push_back(FusedBatch{{response}, {position}, bytes});
   }
   return batches;
 }

@@ -38,6 +38,7 @@ struct Response {
 // A run of compatible responses executed as one collective (one fusion buffer).
 struct FusedBatch {
   std::vector<const Response *> parts;
+  std::vector<size_t> members;  // parts' positions in the list PlanFusion was given
   int64_t total_bytes = 0;
 };
 

@@ -94,6 +94,7 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   const int32_t rank_words = (set.size + 63) / 64;
   // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank], then
   // the eager payload (eager_allreduce.h).
+  set.cache.StartRound();
   set.eager.Layout(set.cache, settings.eager_max_bytes);
   const int32_t header_words = 1 + 2 * words + 2 + rank_words;
   std::vector<uint64_t> &bits = set.round_bits;
@@ -189,14 +190,13 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
       if (const EagerSlot *slot = set.eager.Find(bit)) {
         result.eager.push_back(EagerResult{set.cache.Get(bit), payload + slot->offset_bytes});
       } else if (!result.held) {
-        result.ready.push_back(set.cache.Get(bit));
+        result.cached.push_back(&set.cache.Get(bit));
       }
     }
   }
   set.eager.Observe(ready_bits);
   if (!(bits[0] & kNoSlowPathWork)) {
-    std::vector<Response> slow = SlowPath(set, now);
-    result.ready.insert(result.ready.end(), std::make_move_iterator(slow.begin()), std::make_move_iterator(slow.end()));
+    result.slow_path = SlowPath(set, now);
   }
   return result;
 }

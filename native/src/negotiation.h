@@ -44,7 +44,10 @@ struct EagerResult {
 constexpr double kMaxHoldSeconds = 0.1;
 
 struct RoundResult {
-  std::vector<Response> ready;  // cached responses first (bit order), then the slow path's
+  // What runs this round, in this order: the cached responses ready everywhere (bit order; they point into
+  // the set's response cache, which keeps them until its next round), then the slow path's.
+  std::vector<const Response *> cached;
+  std::vector<Response> slow_path;
   std::vector<EagerResult> eager;
   bool shutdown = false;        // some rank asked to shut down (global set only)
   bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken

@@ -35,13 +35,16 @@ void ResponseCache::Put(const Response &response) {
   if (slots_.empty()) return;
   int32_t bit = Lookup(response.spec.name);
   if (bit < 0) {
-    // Lowest free slot, else the least recently used one: the same choice on every rank.
+    // Lowest free slot, else the least recently used one this round has not used: the same choice on
+    // every rank.
     int32_t victim = -1;
     for (int32_t i = 0; i < capacity(); ++i) {
       if (!slots_[i].used) { bit = i; break; }
+      if (slots_[i].last_used > round_start_tick_) continue;
       if (victim < 0 || slots_[i].last_used < slots_[victim].last_used) victim = i;
     }
     if (bit < 0) {
+      if (victim < 0) return;
       Erase(victim);
       bit = victim;
     }

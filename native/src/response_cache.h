@@ -22,7 +22,11 @@ class ResponseCache {
   bool Used(int32_t bit) const { return slots_[bit].used; }
   // Whether this rank's request can reuse the cached agreement unchanged.
   bool Matches(int32_t bit, const Request &local, int32_t my_rank) const;
-  // Inserts (or refreshes) an agreed response; evicts the least recently used entry when full.
+  // Starts a round: what is touched or put from now on is not evicted before the next StartRound, so the
+  // round may run its cached responses by pointer. Every rank calls it at the same points.
+  void StartRound() { round_start_tick_ = tick_; }
+  // Inserts (or refreshes) an agreed response; when full, evicts the least recently used entry that this
+  // round has not used (if every entry is in use, the response is simply not cached).
   void Put(const Response &response);
   void Touch(int32_t bit) { slots_[bit].last_used = ++tick_; }
   void Erase(int32_t bit);
@@ -37,6 +41,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int32_t> bits_;
   uint64_t tick_ = 0;
+  uint64_t round_start_tick_ = 0;
 };
 
 }  // namespace hvdlite

@@ -2,6 +2,7 @@
 
 Run under mpiexec with 2, 3 or 4 ranks; argv[1] is a label. Prints 'WORKER OK' per rank on success.
 """
+import os
 import sys
 
 import numpy as np
@@ -47,6 +48,22 @@ def check_allreduce(rank, size, rounds):
     # A 2-D tensor keeps its shape.
     m = hvd.allreduce(np.full((3, 5), rank, dtype=np.float32), op=hvd.Sum, name="ar.2d")
     assert m.shape == (3, 5) and np.all(m == sum(range(size)))
+
+
+def check_cache_turnover(rank, size):
+    # Rounds where as many cached all-reduces as the cache holds are ready together with as many new
+    # names: the round runs the cached ones by pointer into the cache, which keeps this round's entries
+    # (with a small HVDLITE_CACHE_CAPACITY the new names are then not cached at all).
+    count = int(os.environ.get("HVDLITE_CACHE_CAPACITY", "8")) or 8
+    for step in range(6):
+        names = [f"turnover.fixed.{k}" for k in range(count)] + [f"turnover.new.{step}.{k}" for k in range(count)]
+        jobs = []
+        for i, name in enumerate(names):
+            x = rank_input("float32", (5 + i,), rank, "sum", (name, step))
+            jobs.append((name, hvd.allreduce_async(x, name=name, op=hvd.Sum)))
+        for i, (name, h) in enumerate(jobs):
+            inputs = [rank_input("float32", (5 + i,), r, "sum", (name, step)) for r in range(size)]
+            check_close(name, hvd.synchronize(h), reduce_reference(inputs, "sum"), "float32", f"turnover step {step}")
 
 
 def check_grouped(rank, size):
@@ -158,6 +175,7 @@ def main():
     assert hvd.local_size() == size and hvd.local_rank() == rank and hvd.cross_size() == 1
     assert hvd.mpi_threads_supported()
     check_allreduce(rank, size, rounds=3)
+    check_cache_turnover(rank, size)
     check_grouped(rank, size)
     check_allgather(rank, size)
     check_broadcast(rank, size)
