@@ -42,7 +42,7 @@ def run(autotune, log_path, args, workdir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=24, help="timed iterations of 5 steps per run")
+    parser.add_argument("--iters", type=int, default=48, help="timed iterations of 5 steps per run")
     parser.add_argument("--tail", type=int, default=8, help="last iterations compared (tuner settled)")
     parser.add_argument("--json", default=os.path.join(HERE, "results", "autotune.json"))
     parser.add_argument("--plot", nargs="?", const=os.path.join(ROOT, "docs", "benchmarks", "autotune.png"))
