@@ -4,7 +4,6 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
-#include <sstream>
 
 #include "algorithms/cross_memory.h"
 #include "fusion_planner.h"
@@ -90,10 +89,7 @@ int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::stri
     if (code != 0) return code;
     ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
-  work_cv_.notify_one();
-  const int state = handles_.WaitAll(handles, static_cast<int32_t>(count));
-  callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
-  return state == 0 ? 0 : 1;
+  return WaitAsCaller(handles, static_cast<int32_t>(count)) == 0 ? 0 : 1;
 }
 
 int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
@@ -357,8 +353,12 @@ int Core::WaitAll(const int64_t *handles, int32_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++callers_waiting_;
   }
+  return WaitAsCaller(handles, count);
+}
+
+int Core::WaitAsCaller(const int64_t *handles, int32_t count) {
   work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
-  int state = handles_.WaitAll(handles, count);
+  const int state = handles_.WaitAll(handles, count);
   callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
   return state;
 }

@@ -75,6 +75,9 @@ class Core {
 
  private:
   int EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error);
+  // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
+  // the handles (HandleTable::WaitAll's result) and lowers it.
+  int WaitAsCaller(const int64_t *handles, int32_t count);
   void ThreadMain(Settings settings, MPI_Comm parent);
   // One pass of the background thread's loop: take the queue, run a round of every process set and
   // execute what is ready. Returns false once a round agreed to shut down.

@@ -15,9 +15,13 @@ int32_t g_running_header_words = 0;
 
 }  // namespace
 
-void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
+void EagerPlan::ClearSlots() {
   for (const EagerSlot &slot : slots_) slot_of_bit_[slot.bit] = -1;
   slots_.clear();
+}
+
+void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
+  ClearSlots();
   slot_of_bit_.resize(cache.capacity(), -1);
   int64_t offset = 0;
   for (const Prediction &prediction : predicted_) {
@@ -29,8 +33,7 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
     if (spec.collective != Collective::kAllreduce || offset + bytes > max_bytes) {
       // A predicted collective must go the normal way: the small ones ride its batch for free, while
       // their bytes in the negotiation would only slow it down. Eager is for rounds it can finish alone.
-      for (const EagerSlot &slot : slots_) slot_of_bit_[slot.bit] = -1;
-      slots_.clear();
+      ClearSlots();
       offset = 0;
       break;
     }
@@ -77,21 +80,19 @@ void EagerPlan::Observe(const std::vector<int32_t> &ready_bits) {
   next.clear();
   auto ready = ready_bits.begin();
   auto previous = previous_.begin();
+  // A bit ready now that was not predicted becomes a prediction if it was ready last time too.
+  auto predict_if_ready_before = [&](int32_t bit) {
+    while (previous != previous_.end() && *previous < bit) ++previous;
+    if (previous != previous_.end() && *previous == bit) next.push_back({bit, 0});
+  };
   for (const Prediction &p : predicted_) {
-    // Bits ready now that were not predicted become predictions if they were ready last time too.
-    for (; ready != ready_bits.end() && *ready < p.bit; ++ready) {
-      while (previous != previous_.end() && *previous < *ready) ++previous;
-      if (previous != previous_.end() && *previous == *ready) next.push_back({*ready, 0});
-    }
+    for (; ready != ready_bits.end() && *ready < p.bit; ++ready) predict_if_ready_before(*ready);
     const bool hit = ready != ready_bits.end() && *ready == p.bit;
     if (hit) ++ready;
     const int misses = hit ? 0 : p.misses + 1;
     if (misses <= kMaxMisses) next.push_back({p.bit, misses});
   }
-  for (; ready != ready_bits.end(); ++ready) {
-    while (previous != previous_.end() && *previous < *ready) ++previous;
-    if (previous != previous_.end() && *previous == *ready) next.push_back({*ready, 0});
-  }
+  for (; ready != ready_bits.end(); ++ready) predict_if_ready_before(*ready);
   if (!ready_bits.empty()) previous_ = ready_bits;
   predicted_.swap(next);
 }

@@ -71,6 +71,7 @@ class EagerPlan {
   MPI_Op op_ = MPI_OP_NULL;
 
   static void Reduce(void *in, void *inout, int *len, MPI_Datatype *datatype);
+  void ClearSlots();  // no tensor planned this round
 };
 
 }  // namespace hvdlite
