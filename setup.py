@@ -23,7 +23,8 @@ NATIVE = os.path.join(ROOT, "native")
 LIBRARY_NAME = "libhvdlite_core.so"
 CXXFLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-fPIC", "-pthread",
             "-I" + os.path.join(NATIVE, "include"), "-I" + os.path.join(NATIVE, "src")]
-LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined", "-Wl,--as-needed"]
+# The soname lets the hot-path extension (linked against the core) share the copy cffi loaded: one core per process.
+LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined", "-Wl,--as-needed", "-Wl,-soname," + LIBRARY_NAME]
 INSTALL_MPI_HINT = ("install an MPI with its C++ wrapper: `pip install mpich mpi4py` (then mpicxx is in the "
                     "environment's bin/), or `apt-get install libopenmpi-dev` (Open MPI), or set MPICXX=/path/to/mpicxx")
 
@@ -203,6 +204,13 @@ def _replace_file(source, target):
     os.replace(partial, target)
 
 
+# The per-tensor calls (submit, wait, release) as a CPython extension: C, Python.h and the core's header only,
+# linked against the core beside it.
+HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c"],
+                    include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
+                    extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])
+
+
 class NativeLibrary(Extension):
     """Marks the core for build_ext; it is a plain shared library, not a Python extension module."""
 
@@ -221,13 +229,16 @@ class BuildNative(build_ext):
         # --inplace and editable installs: setuptools built into build_lib and copies from there; copy the header
         # and build info too, and rename into place (copying over a loaded library would corrupt running jobs).
         package_dir = os.path.abspath(self.get_finalized_command("build_py").get_package_dir("hvdlite"))
-        for name in (LIBRARY_NAME, "hvdlite.h", "build_info.json"):
+        hotpath = os.path.basename(self.get_ext_filename(HOTPATH.name))
+        for name in (LIBRARY_NAME, hotpath, "hvdlite.h", "build_info.json"):
             _replace_file(os.path.join(self.build_lib, "hvdlite", name), os.path.join(package_dir, name))
 
     def build_extension(self, ext):
         if isinstance(ext, NativeLibrary):
             build_native_library(self.get_ext_fullpath(ext.name), jobs=self.parallel or None)
         else:
+            # Link against the core just built (build_extension runs in ext_modules order: the core first).
+            ext.library_dirs = [os.path.dirname(self.get_ext_fullpath("hvdlite.libhvdlite_core"))]
             super().build_extension(ext)
 
 
@@ -255,7 +266,7 @@ setup(
     python_requires=">=3.9",
     packages=["hvdlite", "hvdlite.run", *sorted(FRAMEWORKS)],
     package_dir=FRAMEWORKS,
-    ext_modules=[NativeLibrary("hvdlite.libhvdlite_core")],
+    ext_modules=[NativeLibrary("hvdlite.libhvdlite_core"), HOTPATH],
     cmdclass={"build_ext": BuildNative},
     install_requires=["numpy", "cffi", "mpi4py", "ml_dtypes"],
     extras_require={

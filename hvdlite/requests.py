@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from . import _native
+from . import _hotpath, _native  # _native first: it loads the core that _hotpath links against
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
 from .process_sets import ProcessSet, global_process_set
@@ -83,26 +83,15 @@ class Request:
     keepalive: Any = ()
 
 
-class Handle:
-    """One submitted request. Wait (or poll), read the output, then release."""
+class Handle(_hotpath.CoreHandle):
+    """One submitted request. Wait (or poll), read the output, then release.
 
-    __slots__ = ("_id", "_keepalive", "name")
+    ``poll``, ``wait``, ``raise_error`` and ``release`` are C calls (``native/python/hotpath.c``: a training step
+    makes them once per gradient); reading the output is rarer and stays here. A handle dropped unreleased
+    gives itself back to the core once its collective is done, keeping its memory alive until then.
+    """
 
-    def __init__(self, handle_id, keepalive, name):
-        self._id = handle_id
-        self._keepalive = keepalive
-        self.name = name
-
-    def poll(self):
-        return lib.hvdlite_poll(self._id) == 1
-
-    def wait(self):
-        """Blocks until done (cffi releases the GIL during the call); raises HvdliteError on failure."""
-        if lib.hvdlite_wait(self._id) != 0:
-            self.raise_error()
-
-    def raise_error(self):
-        _raise_handle_error(self._id, self.name)
+    __slots__ = ()
 
     def result(self):
         return int(lib.hvdlite_handle_result(self._id))
@@ -127,17 +116,8 @@ class Handle:
         n = lib.hvdlite_handle_received_splits(self._id, splits, capacity)
         return [splits[i] for i in range(max(n, 0))]
 
-    def release(self):
-        if self._id is not None:
-            lib.hvdlite_release(self._id)
-            self._id = None
-            self._keepalive = None
 
-    def __del__(self):
-        # A handle dropped before completion must stay in the core until it finishes; only release
-        # finished ones here (the core still writes into the output of a pending one).
-        if getattr(self, "_id", None) is not None and lib.hvdlite_poll(self._id) == 1:
-            self.release()
+_hotpath.set_handle_type(Handle)  # the core's handles are created as this class, from C
 
 
 # The hot path of every collective: names and shapes repeat step after step (gradients), so their C
@@ -254,24 +234,11 @@ def submit_group(requests):
     return [Handle(ids[i], r.keepalive, r.name) for i, r in enumerate(requests)]
 
 
-def wait_all(handles):
-    """Waits for every handle (one C call, one wake-up for a fused group); then raises HvdliteError for the
-    first that failed, if any. Release them all afterwards either way."""
-    if not handles:
-        return
-    code = lib.hvdlite_wait_all(ffi.new("hvdlite_handle[]", [h._id for h in handles]), len(handles))
-    if code > 0:
-        handles[code - 1].raise_error()
-    if code < 0:
-        raise HvdliteError("wait_all: a handle was already released")
-
-
-def release_all(handles):
-    ids = [h._id for h in handles if h._id is not None]
-    lib.hvdlite_release_all(ffi.new("hvdlite_handle[]", ids), len(ids))
-    for h in handles:
-        h._id = None
-        h._keepalive = None
+# wait_all(handles): waits for every handle (one C call, one wake-up for a fused group); then raises
+# HvdliteError for the first that failed, if any. Release them all afterwards either way.
+wait_all = _hotpath.wait_all
+# release_all(handles): releases every handle not released yet.
+release_all = _hotpath.release_all
 
 
 def _filled(request):
@@ -282,12 +249,12 @@ def _filled(request):
     return c_request, owned
 
 
+def _address(c_pointer):
+    return int(ffi.cast("uintptr_t", c_pointer))
+
+
 def _enqueue(c_request, keepalive, name):
-    buffer = _error_buffer()
-    handle = lib.hvdlite_enqueue(c_request, buffer, len(buffer))
-    if handle < 0:
-        _raise_for(handle, buffer)
-    return Handle(handle, keepalive, name)
+    return _hotpath.enqueue(_address(c_request), keepalive, name)
 
 
 def submit(request):
@@ -301,19 +268,18 @@ class PreparedRequest:
     optimizer does with a parameter's gradient every step. Each submit sets two pointers and makes one C
     call, instead of rebuilding the request (the per-gradient cost of a training step)."""
 
-    __slots__ = ("_c", "_owned", "name")
+    __slots__ = ("_c", "_owned", "_address", "name")
 
     def __init__(self, request):
         self._c, self._owned = _filled(request)
         self._owned.append(request.keepalive)
+        self._address = _address(self._c)
         self.name = request.name
 
     def submit(self, input_address, output_address, keepalive):
-        """Submits with these buffers (same dtype and shape as prepared); returns the Handle at once."""
-        c_request = self._c
-        c_request.input = ffi.cast("void *", input_address)
-        c_request.output = ffi.cast("void *", output_address)
-        return _enqueue(c_request, keepalive, self.name)
+        """Submits with these buffers (integer addresses; same dtype and shape as prepared); returns the Handle
+        at once. One C call (``_hotpath.submit``) sets both pointers and enqueues."""
+        return _hotpath.submit(self._address, input_address, output_address, keepalive, self.name)
 
 
 class GroupHandle:

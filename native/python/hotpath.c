@@ -1,0 +1,370 @@
+/* hvdlite._hotpath: the per-tensor calls of a training step, made from C.
+ *
+ * A step submits, waits for and releases one request per gradient. Through cffi's ABI mode each of those
+ * costs microseconds of Python (argument conversion, a Python Handle object, casts of addresses), which for a
+ * model of a few hundred small tensors is more than their fused all-reduce. This module makes them single C
+ * calls: submitting a request filled once (hvdlite/requests.py keeps its C struct), and a handle type whose
+ * wait/poll/release go straight to the core. Everything else stays in cffi (hvdlite/_native.py).
+ *
+ * It links against libhvdlite_core.so (found beside it) and includes only Python.h and the core's C header:
+ * it knows nothing of any framework; adapters hand it integer addresses.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "hvdlite.h"
+
+#define ERROR_BYTES 4096
+#define RELEASED (-1)
+
+typedef struct {
+  PyObject_HEAD
+  hvdlite_handle id;   /* RELEASED once given back to the core */
+  PyObject *keepalive; /* what holds the memory the core reads and writes until release */
+  PyObject *name;      /* the request's name, for error messages */
+} CoreHandle;
+
+static PyTypeObject CoreHandleType;
+static PyTypeObject *handle_type = &CoreHandleType; /* the Python subclass, once set_handle_type ran */
+static PyObject *hvdlite_error;                      /* hvdlite.errors.HvdliteError */
+/* (id, keepalive) of handles dropped before their collective finished: the core still writes into the
+ * keepalive's memory, so it lives until the collective is done (swept on later submissions). */
+static PyObject *orphans;
+
+static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
+  PyObject *message = PyUnicode_DecodeUTF8(buffer, (Py_ssize_t)strlen(buffer), "replace");
+  if (message != NULL) {
+    PyErr_SetObject(type, message);
+    Py_DECREF(message);
+  }
+  return NULL;
+}
+
+static PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
+  char buffer[ERROR_BYTES];
+  if (hvdlite_handle_error(id, buffer, ERROR_BYTES) > 0) return error_from_buffer(hvdlite_error, buffer);
+  PyErr_Format(hvdlite_error, "request '%S' failed", name);
+  return NULL;
+}
+
+static PyObject *raise_released(CoreHandle *self) {
+  PyErr_Format(hvdlite_error, "the handle of '%S' was already released", self->name);
+  return NULL;
+}
+
+static void sweep_orphans(void) {
+  Py_ssize_t kept = 0, count = PyList_GET_SIZE(orphans);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject *orphan = PyList_GET_ITEM(orphans, i);
+    hvdlite_handle id = (hvdlite_handle)PyLong_AsLongLong(PyTuple_GET_ITEM(orphan, 0));
+    if (hvdlite_poll(id) != 0) {
+      hvdlite_release(id);
+      continue;
+    }
+    Py_INCREF(orphan);
+    PyList_SetItem(orphans, kept++, orphan); /* moves the survivor forward; drops the slot's old reference */
+  }
+  PyList_SetSlice(orphans, kept, count, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------------ Handle */
+
+static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  long long id;
+  PyObject *keepalive, *name;
+  static char *keywords[] = {"handle_id", "keepalive", "name", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LOO", keywords, &id, &keepalive, &name)) return NULL;
+  CoreHandle *self = (CoreHandle *)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  self->id = id;
+  Py_INCREF(keepalive);
+  self->keepalive = keepalive;
+  Py_INCREF(name);
+  self->name = name;
+  return (PyObject *)self;
+}
+
+static void handle_dealloc(CoreHandle *self) {
+  if (self->id != RELEASED) {
+    if (hvdlite_poll(self->id) != 0) {
+      hvdlite_release(self->id);
+    } else {
+      /* Still running: the core keeps it; its memory must outlive it. */
+      PyObject *orphan = Py_BuildValue("(LO)", (long long)self->id, self->keepalive);
+      if (orphan == NULL || PyList_Append(orphans, orphan) != 0) PyErr_WriteUnraisable((PyObject *)self);
+      Py_XDECREF(orphan);
+    }
+  }
+  Py_XDECREF(self->keepalive);
+  Py_XDECREF(self->name);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  return PyBool_FromLong(hvdlite_poll(self->id) == 1);
+}
+
+static PyObject *handle_wait(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  const hvdlite_handle id = self->id;
+  int code;
+  if (hvdlite_poll(id) == 1) {
+    code = hvdlite_wait(id); /* done: returns at once, no need to let go of the GIL */
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    code = hvdlite_wait(id);
+    Py_END_ALLOW_THREADS
+  }
+  if (code != 0) return raise_handle_error(id, self->name);
+  Py_RETURN_NONE;
+}
+
+static PyObject *handle_raise_error(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  return raise_handle_error(self->id, self->name);
+}
+
+static void release_one(CoreHandle *self) {
+  if (self->id == RELEASED) return;
+  hvdlite_release(self->id);
+  self->id = RELEASED;
+  Py_CLEAR(self->keepalive);
+}
+
+static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
+  release_one(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *handle_get_id(CoreHandle *self, void *closure) {
+  if (self->id == RELEASED) Py_RETURN_NONE;
+  return PyLong_FromLongLong(self->id);
+}
+
+static PyMethodDef handle_methods[] = {
+    {"poll", (PyCFunction)handle_poll, METH_NOARGS, "True when the request has finished (well or not)."},
+    {"wait", (PyCFunction)handle_wait, METH_NOARGS,
+     "Blocks (without the GIL) until done; raises HvdliteError with the core's message on failure."},
+    {"raise_error", (PyCFunction)handle_raise_error, METH_NOARGS, "Raises the request's HvdliteError."},
+    {"release", (PyCFunction)handle_release, METH_NOARGS,
+     "Gives the handle back to the core and drops the memory it kept alive (again: nothing)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef handle_getset[] = {
+    {"_id", (getter)handle_get_id, NULL, "The core's handle id; None once released.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef handle_members[] = {
+    {"name", T_OBJECT, offsetof(CoreHandle, name), READONLY, "The request's name."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject CoreHandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hvdlite._hotpath.CoreHandle",
+    .tp_doc = "One submitted request: wait (or poll), read the output, then release.",
+    .tp_basicsize = sizeof(CoreHandle),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = handle_new,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_methods = handle_methods,
+    .tp_getset = handle_getset,
+    .tp_members = handle_members,
+};
+
+/* ---------------------------------------------------------------------------------------- module calls */
+
+/* An integer address, None (NULL), or a contiguous object with the buffer protocol (a NumPy array, which the
+ * keepalive holds, so its address stays valid after the view is released). */
+static void *address_of(PyObject *value, int writable) {
+  if (PyLong_Check(value)) return PyLong_AsVoidPtr(value);
+  if (value == Py_None) return NULL;
+  Py_buffer view;
+  if (PyObject_GetBuffer(value, &view, PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) != 0) return NULL;
+  void *address = view.buf;
+  PyBuffer_Release(&view);
+  return address;
+}
+
+/* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
+static PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
+  if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
+  CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0); /* before: no request without one */
+  if (handle == NULL) return NULL;
+  handle->id = RELEASED;
+  char error[ERROR_BYTES];
+  error[0] = '\0';
+  const hvdlite_handle id = hvdlite_enqueue(request, error, ERROR_BYTES);
+  if (id < 0) {
+    Py_DECREF(handle);
+    return error_from_buffer(id == -3 ? hvdlite_error : PyExc_ValueError, error);
+  }
+  handle->id = id;
+  Py_INCREF(keepalive);
+  handle->keepalive = keepalive;
+  Py_INCREF(name);
+  handle->name = name;
+  return (PyObject *)handle;
+}
+
+static int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected) {
+  if (nargs == expected) return 0;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", function, expected, nargs);
+  return -1;
+}
+
+/* submit(request_address, input, output, keepalive, name): points the filled request at these buffers
+ * (addresses or contiguous buffers) and enqueues it. */
+static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (check_arguments("submit", nargs, 5) != 0) return NULL;
+  hvdlite_request *request = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  void *input = address_of(args[1], 0);
+  void *output = address_of(args[2], 1);
+  if (PyErr_Occurred()) return NULL;
+  if (request == NULL) return PyErr_Format(PyExc_ValueError, "submit: no request (NULL address)");
+  request->input = input;
+  request->output = output;
+  return enqueue(request, args[3], args[4]);
+}
+
+/* enqueue(request_address, keepalive, name): enqueues the filled request as it is. */
+static PyObject *hotpath_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (check_arguments("enqueue", nargs, 3) != 0) return NULL;
+  const hvdlite_request *request = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  if (PyErr_Occurred()) return NULL;
+  if (request == NULL) return PyErr_Format(PyExc_ValueError, "enqueue: no request (NULL address)");
+  return enqueue(request, args[1], args[2]);
+}
+
+/* The handles of a sequence as core ids (into a buffer the caller frees), checking each is a live handle. */
+static hvdlite_handle *ids_of(PyObject *fast, Py_ssize_t count, int allow_released) {
+  hvdlite_handle *ids = PyMem_Malloc(sizeof(hvdlite_handle) * (size_t)(count > 0 ? count : 1));
+  if (ids == NULL) return (hvdlite_handle *)PyErr_NoMemory();
+  PyObject **items = PySequence_Fast_ITEMS(fast);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (!PyObject_TypeCheck(items[i], &CoreHandleType)) {
+      PyMem_Free(ids);
+      return (hvdlite_handle *)PyErr_Format(PyExc_TypeError, "expected hvdlite handles, got %R", items[i]);
+    }
+    CoreHandle *handle = (CoreHandle *)items[i];
+    if (handle->id == RELEASED && !allow_released) {
+      PyMem_Free(ids);
+      return (hvdlite_handle *)raise_released(handle);
+    }
+    ids[i] = handle->id;
+  }
+  return ids;
+}
+
+/* wait_all(handles): waits for every handle in one call (one wake-up), then raises HvdliteError for the
+ * first that failed, if any. */
+static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
+  PyObject *fast = PySequence_Fast(handles, "wait_all takes a sequence of handles");
+  if (fast == NULL) return NULL;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+  hvdlite_handle *ids = ids_of(fast, count, 0);
+  if (ids == NULL) {
+    Py_DECREF(fast);
+    return NULL;
+  }
+  int code;
+  if (hvdlite_all_done(ids, (int32_t)count)) {
+    code = hvdlite_wait_all(ids, (int32_t)count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    code = hvdlite_wait_all(ids, (int32_t)count);
+    Py_END_ALLOW_THREADS
+  }
+  PyObject *result = NULL;
+  if (code == 0) {
+    Py_INCREF(Py_None);
+    result = Py_None;
+  } else if (code > 0) {
+    raise_handle_error(ids[code - 1], ((CoreHandle *)PySequence_Fast_GET_ITEM(fast, code - 1))->name);
+  } else {
+    PyErr_SetString(hvdlite_error, "wait_all: a handle is unknown to the core");
+  }
+  PyMem_Free(ids);
+  Py_DECREF(fast);
+  return result;
+}
+
+/* release_all(handles): releases every handle not released yet. */
+static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
+  PyObject *fast = PySequence_Fast(handles, "release_all takes a sequence of handles");
+  if (fast == NULL) return NULL;
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+  hvdlite_handle *ids = ids_of(fast, count, 1);
+  if (ids == NULL) {
+    Py_DECREF(fast);
+    return NULL;
+  }
+  Py_ssize_t live = 0;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (ids[i] != RELEASED) ids[live++] = ids[i];
+  }
+  hvdlite_release_all(ids, (int32_t)live);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    CoreHandle *handle = (CoreHandle *)PySequence_Fast_GET_ITEM(fast, i);
+    handle->id = RELEASED;
+    Py_CLEAR(handle->keepalive);
+  }
+  PyMem_Free(ids);
+  Py_DECREF(fast);
+  Py_RETURN_NONE;
+}
+
+/* set_handle_type(cls): handles are created as cls, a subclass of CoreHandle adding Python-level methods. */
+static PyObject *hotpath_set_handle_type(PyObject *module, PyObject *cls) {
+  if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &CoreHandleType) ||
+      ((PyTypeObject *)cls)->tp_basicsize != CoreHandleType.tp_basicsize) {
+    return PyErr_Format(PyExc_TypeError, "set_handle_type needs a subclass of CoreHandle with __slots__ = (), "
+                        "got %R", cls);
+  }
+  Py_INCREF(cls);
+  if (handle_type != &CoreHandleType) Py_DECREF((PyObject *)handle_type);
+  handle_type = (PyTypeObject *)cls;
+  Py_RETURN_NONE;
+}
+
+static PyObject *hotpath_orphans(PyObject *module, PyObject *unused) {
+  if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
+  return PyLong_FromSsize_t(PyList_GET_SIZE(orphans));
+}
+
+static PyMethodDef hotpath_functions[] = {
+    {"submit", (PyCFunction)(void (*)(void))hotpath_submit, METH_FASTCALL,
+     "submit(request_address, input, output, keepalive, name) -> Handle; input/output: addresses or buffers"},
+    {"enqueue", (PyCFunction)(void (*)(void))hotpath_enqueue, METH_FASTCALL,
+     "enqueue(request_address, keepalive, name) -> Handle"},
+    {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
+    {"release_all", hotpath_release_all, METH_O, "release_all(handles): releases those not released yet."},
+    {"set_handle_type", hotpath_set_handle_type, METH_O, "set_handle_type(cls): the class of new handles."},
+    {"orphans", hotpath_orphans, METH_NOARGS,
+     "orphans() -> how many dropped handles still wait for their collective (for tests)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef hotpath_module = {
+    PyModuleDef_HEAD_INIT, "hvdlite._hotpath",
+    "Per-tensor submit / wait / release of hvdlite's core, as single C calls.", -1, hotpath_functions};
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
+  if (PyType_Ready(&CoreHandleType) < 0) return NULL;
+  PyObject *errors = PyImport_ImportModule("hvdlite.errors");
+  if (errors == NULL) return NULL;
+  hvdlite_error = PyObject_GetAttrString(errors, "HvdliteError");
+  Py_DECREF(errors);
+  if (hvdlite_error == NULL) return NULL;
+  orphans = PyList_New(0);
+  if (orphans == NULL) return NULL;
+  PyObject *module = PyModule_Create(&hotpath_module);
+  if (module == NULL) return NULL;
+  Py_INCREF(&CoreHandleType);
+  if (PyModule_AddObject(module, "CoreHandle", (PyObject *)&CoreHandleType) < 0) {
+    Py_DECREF(&CoreHandleType);
+    Py_DECREF(module);
+    return NULL;
+  }
+  return module;
+}
