@@ -2,7 +2,9 @@
 
 The core is a plain shared library (hvdlite/libhvdlite_core.so) that Python loads through cffi's ABI mode, so it
 is built by a custom build_ext: every native/src/**/*.cc compiled in parallel, object files cached under build/
-so that re-builds only compile what changed, then linked against the libmpi that mpicxx names.
+so that re-builds only compile what changed, then linked against the libmpi that mpicxx names. Beside it, one
+ordinary CPython extension (hvdlite._hotpath, native/python/hotpath.c) makes the per-tensor calls; it links
+against the core.
 """
 import glob
 import hashlib
@@ -12,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 from multiprocessing.pool import ThreadPool
 
@@ -237,6 +240,11 @@ class BuildNative(build_ext):
         if isinstance(ext, NativeLibrary):
             build_native_library(self.get_ext_fullpath(ext.name), jobs=self.parallel or None)
         else:
+            include = sysconfig.get_paths()["include"]
+            if not os.path.exists(os.path.join(include, "Python.h")):
+                raise NativeBuildError(f"cannot build {ext.name}: no Python.h in {include}.\n  Fix: install this "
+                                       f"Python's headers (apt-get install python3-dev, or the -dev package "
+                                       f"of your Python).")
             # Link against the core just built (build_extension runs in ext_modules order: the core first).
             ext.library_dirs = [os.path.dirname(self.get_ext_fullpath("hvdlite.libhvdlite_core"))]
             super().build_extension(ext)

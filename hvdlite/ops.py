@@ -11,7 +11,8 @@ import numpy as np
 
 from .basics import _require_init
 from .process_sets import global_process_set
-from .requests import Collective, PreparedGroup, Request, address, auto_name, dtype_name, run, submit
+from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, cached, dtype_name,
+                       run, submit)
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 
@@ -89,21 +90,31 @@ def _core_output(handle, dtype):
     return handle.output_buffer().view(dtype).reshape(shape).copy()
 
 
-def _allreduce_request(array, name, op, prescale_factor, postscale_factor, process_set):
-    array = np.ascontiguousarray(array)
-    output = np.empty_like(array)
-    request = Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set), dtype_name(array.dtype),
-                      array.shape, address(array), address(output), op, prescale_factor, postscale_factor,
-                      process_set=process_set, keepalive=(array, output))
-    return request, output
+# Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once
+# and resubmitted with each call's arrays (bounded: see requests.cached).
+_PREPARED_REQUESTS = {}
+
+
+def _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set):
+    """The all-reduce's PreparedRequest: cached for a named tensor, made afresh for an unnamed one."""
+    def make(name=name):
+        return PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
+                                       dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
+                                       postscale_factor=postscale_factor, process_set=process_set))
+    if not name:
+        return make()
+    key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor, array.dtype, array.shape)
+    return cached(_PREPARED_REQUESTS, key, make)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    request, output = _allreduce_request(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    return _track(submit(request), lambda handle: output)
+    array = np.ascontiguousarray(tensor)
+    output = np.empty_like(array)
+    prepared = _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set)
+    return _track(prepared.submit(array, output, (array, output)), lambda handle: output)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -111,8 +122,11 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     """Reduces tensor over all ranks of the process set; returns a new array."""
     _require_init()
     op = resolve_op(op, average)
-    request, output = _allreduce_request(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    return _run(request, lambda handle: output)
+    array = np.ascontiguousarray(tensor)
+    output = np.empty_like(array)
+    prepared = _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set)
+    prepared.run(array, output, (array, output)).release()
+    return output
 
 
 # Prepared groups of named grouped all-reduces: a training loop submits the same names, dtypes and shapes
@@ -122,19 +136,16 @@ _PREPARED_GROUPS_LIMIT = 256
 
 
 def _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
+    def make():
+        base = name or auto_name("grouped_allreduce", process_set)
+        return PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
+                                      op, prescale_factor, postscale_factor, process_set=process_set)
+                              for i, a in enumerate(arrays)])
+    if not name:
+        return make()
     key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor,
            tuple((a.dtype, a.shape) for a in arrays))
-    prepared = _PREPARED_GROUPS.get(key) if name else None
-    if prepared is None:
-        base = name or auto_name("grouped_allreduce", process_set)
-        prepared = PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
-                                          op, prescale_factor, postscale_factor, process_set=process_set)
-                                  for i, a in enumerate(arrays)])
-        if name:
-            if len(_PREPARED_GROUPS) >= _PREPARED_GROUPS_LIMIT:
-                _PREPARED_GROUPS.clear()
-            _PREPARED_GROUPS[key] = prepared
-    return prepared
+    return cached(_PREPARED_GROUPS, key, make, _PREPARED_GROUPS_LIMIT)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -128,23 +128,24 @@ _CACHE_LIMIT = 8192
 _thread_state = threading.local()
 
 
+def cached(cache, key, make, limit=_CACHE_LIMIT):
+    """cache[key], made by make() when missing. Bounded by emptying it when full: the keys of a training
+    loop repeat, so it refills with what is in use."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= limit:
+            cache.clear()
+        value = cache[key] = make()
+    return value
+
+
 def _c_name(name):
-    c_name = _C_NAMES.get(name)
-    if c_name is None:
-        if len(_C_NAMES) >= _CACHE_LIMIT:
-            _C_NAMES.clear()
-        c_name = _C_NAMES[name] = ffi.new("char[]", name.encode())
-    return c_name
+    return cached(_C_NAMES, name, lambda: ffi.new("char[]", name.encode()))
 
 
 def _c_shape(shape):
     key = tuple(shape)
-    c_shape = _C_SHAPES.get(key)
-    if c_shape is None:
-        if len(_C_SHAPES) >= _CACHE_LIMIT:
-            _C_SHAPES.clear()
-        c_shape = _C_SHAPES[key] = ffi.new("int64_t[]", [int(d) for d in key] or [0])
-    return c_shape, len(key)
+    return cached(_C_SHAPES, key, lambda: ffi.new("int64_t[]", [int(d) for d in key] or [0])), len(key)
 
 
 def _error_buffer():
@@ -276,10 +277,14 @@ class PreparedRequest:
         self._address = _address(self._c)
         self.name = request.name
 
-    def submit(self, input_address, output_address, keepalive):
-        """Submits with these buffers (integer addresses; same dtype and shape as prepared); returns the Handle
-        at once. One C call (``_hotpath.submit``) sets both pointers and enqueues."""
-        return _hotpath.submit(self._address, input_address, output_address, keepalive, self.name)
+    def submit(self, input, output, keepalive):
+        """Submits with these buffers (integer addresses, or contiguous arrays; same dtype and shape as
+        prepared) kept alive by keepalive; returns the Handle at once. One C call (``_hotpath.submit``)."""
+        return _hotpath.submit(self._address, input, output, keepalive, self.name)
+
+    def run(self, input, output, keepalive):
+        """As ``submit``, and waits (see ``run()``); returns the finished Handle or raises HvdliteError."""
+        return _hotpath.run(self._address, input, output, keepalive, self.name)
 
 
 class GroupHandle:

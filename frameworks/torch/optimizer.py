@@ -18,7 +18,7 @@ from hvdlite.process_sets import global_process_set
 from hvdlite.requests import Collective, PreparedRequest, Request
 
 from . import async_ops as aops
-from . import handles, staging
+from . import staging
 from .async_ops import Adasum, Average, Sum
 from .compression import Compression
 from .handles import synchronize as _synchronize_handle
@@ -38,11 +38,7 @@ class _Bucket:
         self.prepared = None  # the PreparedRequest of the in-place fast path (see _submit_prepared)
 
 
-_PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest
-
-
-def _reduced_in_place(core_handles):
-    return None
+_PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest (handle: the core's)
 
 
 class _DistributedOptimizer:
@@ -215,7 +211,7 @@ class _DistributedOptimizer:
                 Collective.ALLREDUCE, bucket.name, staging.core_dtype(p), tuple(p.shape), op=self._op,
                 prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set))
         address = staging.address(grad)
-        bucket.handle = handles.register([bucket.prepared.submit(address, address, grad)], _reduced_in_place)
+        bucket.handle = bucket.prepared.submit(address, address, grad)  # the core's Handle: no user handle needed
         bucket.contexts = _PREPARED
         return True
 
@@ -256,9 +252,13 @@ class _DistributedOptimizer:
         self._synchronized = True
 
     def _finish(self, bucket):
-        result = _synchronize_handle(bucket.handle)
         if bucket.contexts is _PREPARED:  # reduced in place into p.grad
+            try:
+                bucket.handle.wait()
+            finally:
+                bucket.handle.release()
             return
+        result = _synchronize_handle(bucket.handle)
         if bucket.contexts is None:  # sparse: rebuild the summed sparse gradient
             p = bucket.params[0]
             indices, values = result
@@ -271,6 +271,10 @@ class _DistributedOptimizer:
             grad = self._compression.decompress(reduced, ctx)
             if grad is not p.grad:
                 p.grad.copy_(grad)
+
+    def _in_flight(self):
+        """How many gradient all-reduces were started and not yet synchronized (for tests)."""
+        return sum(bucket.handle is not None for bucket in self._buckets)
 
     @contextmanager
     def skip_synchronize(self):

@@ -68,6 +68,15 @@ static void sweep_orphans(void) {
   PyList_SetSlice(orphans, kept, count, NULL);
 }
 
+/* Makes handle stand for the core's request id, keeping keepalive until release. */
+static void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name) {
+  handle->id = id;
+  Py_INCREF(keepalive);
+  handle->keepalive = keepalive;
+  Py_INCREF(name);
+  handle->name = name;
+}
+
 /* ------------------------------------------------------------------------------------------------ Handle */
 
 static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -77,11 +86,7 @@ static PyObject *handle_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LOO", keywords, &id, &keepalive, &name)) return NULL;
   CoreHandle *self = (CoreHandle *)type->tp_alloc(type, 0);
   if (self == NULL) return NULL;
-  self->id = id;
-  Py_INCREF(keepalive);
-  self->keepalive = keepalive;
-  Py_INCREF(name);
-  self->name = name;
+  adopt(self, id, keepalive, name);
   return (PyObject *)self;
 }
 
@@ -187,12 +192,19 @@ static void *address_of(PyObject *value, int writable) {
   return address;
 }
 
+/* A handle not yet standing for a request, of the class set by set_handle_type; made before the request is
+ * enqueued, so that no request is ever left in the core without one. */
+static CoreHandle *new_handle(void) {
+  if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
+  CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0);
+  if (handle != NULL) handle->id = RELEASED;
+  return handle;
+}
+
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 static PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
-  if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
-  CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0); /* before: no request without one */
+  CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
-  handle->id = RELEASED;
   char error[ERROR_BYTES];
   error[0] = '\0';
   const hvdlite_handle id = hvdlite_enqueue(request, error, ERROR_BYTES);
@@ -200,11 +212,7 @@ static PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, Py
     Py_DECREF(handle);
     return error_from_buffer(id == -3 ? hvdlite_error : PyExc_ValueError, error);
   }
-  handle->id = id;
-  Py_INCREF(keepalive);
-  handle->keepalive = keepalive;
-  Py_INCREF(name);
-  handle->name = name;
+  adopt(handle, id, keepalive, name);
   return (PyObject *)handle;
 }
 
@@ -214,18 +222,73 @@ static int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t ex
   return -1;
 }
 
-/* submit(request_address, input, output, keepalive, name): points the filled request at these buffers
- * (addresses or contiguous buffers) and enqueues it. */
-static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("submit", nargs, 5) != 0) return NULL;
-  hvdlite_request *request = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+/* Says which tensor and which of its buffers the pending error (from address_of) is about; returns -1. */
+static int name_buffer_error(const char *which, PyObject *name) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  PyErr_Format(type, "the %s buffer of tensor '%S' cannot be used: %S", which, name, value);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return -1;
+}
+
+/* The prepared request at args[0] pointed at the buffers args[1] (input) and args[2] (output), as a copy: the
+ * prepared struct itself is never written, so two threads submitting it at once cannot swap each other's
+ * buffers (the core refuses the second as a duplicate name). 0, or -1 with a Python error set. */
+static int with_buffers(PyObject *const *args, hvdlite_request *request) {
+  const hvdlite_request *prepared = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  if (PyErr_Occurred()) return -1;
   void *input = address_of(args[1], 0);
+  if (PyErr_Occurred()) return name_buffer_error("input", args[4]);
   void *output = address_of(args[2], 1);
-  if (PyErr_Occurred()) return NULL;
-  if (request == NULL) return PyErr_Format(PyExc_ValueError, "submit: no request (NULL address)");
+  if (PyErr_Occurred()) return name_buffer_error("output", args[4]);
+  if (prepared == NULL) {
+    PyErr_SetString(PyExc_ValueError, "no request (NULL address)");
+    return -1;
+  }
+  *request = *prepared;
   request->input = input;
   request->output = output;
-  return enqueue(request, args[3], args[4]);
+  return 0;
+}
+
+/* submit(request_address, input, output, keepalive, name): enqueues the prepared request with these buffers
+ * (addresses or contiguous buffers); returns its Handle at once. */
+static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  hvdlite_request request;
+  if (check_arguments("submit", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
+  return enqueue(&request, args[3], args[4]);
+}
+
+/* run(request_address, input, output, keepalive, name): the prepared request with these buffers, submitted
+ * and waited for in one call (the core starts its round at once); returns the finished Handle, or raises
+ * (releasing it) when the collective failed. */
+static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  hvdlite_request request;
+  if (check_arguments("run", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
+  CoreHandle *handle = new_handle();
+  if (handle == NULL) return NULL;
+  char error[ERROR_BYTES];
+  error[0] = '\0';
+  hvdlite_handle id = RELEASED;
+  int code;
+  Py_BEGIN_ALLOW_THREADS
+  code = hvdlite_run(&request, &id, error, ERROR_BYTES);
+  Py_END_ALLOW_THREADS
+  if (code < 0) {
+    Py_DECREF(handle);
+    return error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+  }
+  adopt(handle, id, args[3], args[4]);
+  if (code != 0) {
+    raise_handle_error(id, handle->name);
+    release_one(handle);
+    Py_DECREF(handle);
+    return NULL;
+  }
+  return (PyObject *)handle;
 }
 
 /* enqueue(request_address, keepalive, name): enqueues the filled request as it is. */
@@ -336,6 +399,8 @@ static PyObject *hotpath_orphans(PyObject *module, PyObject *unused) {
 static PyMethodDef hotpath_functions[] = {
     {"submit", (PyCFunction)(void (*)(void))hotpath_submit, METH_FASTCALL,
      "submit(request_address, input, output, keepalive, name) -> Handle; input/output: addresses or buffers"},
+    {"run", (PyCFunction)(void (*)(void))hotpath_run, METH_FASTCALL,
+     "run(request_address, input, output, keepalive, name) -> finished Handle (submitted and waited for)"},
     {"enqueue", (PyCFunction)(void (*)(void))hotpath_enqueue, METH_FASTCALL,
      "enqueue(request_address, keepalive, name) -> Handle"},
     {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},

@@ -1,0 +1,158 @@
+"""The per-tensor calls made in C (native/python/hotpath.c), on real MPI ranks: prepared requests resubmitted
+with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
+collective finished (their memory must live until it has), released handles, buffers the core cannot use, and
+a failing member of wait_all. Every result is checked against a float64 reference.
+
+Prints 'WORKER OK' per rank on success.
+"""
+import gc
+import time
+import weakref
+
+import numpy as np
+
+import hvdlite as hvd
+from hvdlite import _hotpath
+from hvdlite.requests import Collective, PreparedRequest, Request, release_all, submit, wait_all
+from reference import check_close, rank_input, reduce_reference
+
+
+def expect_error(kind, words, call):
+    try:
+        call()
+    except kind as error:
+        missing = [w for w in words if w not in str(error)]
+        assert not missing, f"{kind.__name__} {error!r} does not mention {missing}"
+        return
+    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
+
+
+def prepared(name, dtype, shape, op=hvd.Sum):
+    return PreparedRequest(Request(Collective.ALLREDUCE, name, dtype, shape, op=op))
+
+
+def check_prepared_reuse(rank, size):
+    # One request filled once, given new arrays every step; each form of buffer, submitted and run.
+    for dtype in ("float32", "bfloat16", "int64"):
+        request = prepared(f"hot.reuse.{dtype}", dtype, (3, 5))
+        for step in range(6):
+            x = rank_input(dtype, (3, 5), rank, "sum", ("reuse", dtype, step))
+            out = np.empty_like(x)
+            if step % 3 == 0:
+                handle = request.submit(x, out, (x, out))
+                handle.wait()
+            elif step % 3 == 1:
+                handle = request.submit(x.ctypes.data, out.ctypes.data, (x, out))
+                wait_all([handle])
+            else:
+                handle = request.run(x, out, (x, out))
+            assert handle.poll(), "a waited handle must poll as done"
+            handle.release()
+            inputs = [rank_input(dtype, (3, 5), r, "sum", ("reuse", dtype, step)) for r in range(size)]
+            check_close(request.name, out, reduce_reference(inputs, "sum"), dtype, f"step {step}")
+    # In place, as the torch optimizer reduces a gradient.
+    request = prepared("hot.inplace", "float64", (7,), op=hvd.Average)
+    for step in range(3):
+        x = rank_input("float64", (7,), rank, "average", ("inplace", step))
+        request.run(x, x, x).release()
+        inputs = [rank_input("float64", (7,), r, "average", ("inplace", step)) for r in range(size)]
+        check_close("hot.inplace", x, reduce_reference(inputs, "average"), "float64", f"step {step}")
+
+
+def check_named_numpy_calls(rank, size):
+    # hvd.allreduce(_async) reuse one prepared request per (name, dtype, shape, op, ...): a name that changes
+    # shape or op between calls must get a request of its own each time.
+    for step, (shape, op_name) in enumerate([((4,), "sum"), ((2, 3), "sum"), ((2, 3), "max"), ((4,), "sum")]):
+        op = {"sum": hvd.Sum, "max": hvd.Max}[op_name]
+        x = rank_input("float32", shape, rank, op_name, ("named", step))
+        sync = hvd.allreduce(x, name="hot.named", op=op)
+        async_ = hvd.synchronize(hvd.allreduce_async(x, name="hot.named.async", op=op))
+        inputs = [rank_input("float32", shape, r, op_name, ("named", step)) for r in range(size)]
+        for what, got in (("allreduce", sync), ("allreduce_async", async_)):
+            assert got.shape == shape, f"{what} step {step}: shape {got.shape}, expected {shape}"
+            check_close("hot.named", got, reduce_reference(inputs, op_name), "float32", f"{what} step {step}")
+
+
+def check_dropped_handle(rank, size):
+    # Rank 0 drops its handle while the collective cannot finish (the last rank submits later): the input
+    # must stay alive (the core reads it) until it has, and then be let go.
+    request = prepared("hot.dropped", "float32", (1000,))
+    x = rank_input("float32", (1000,), rank, "sum", "dropped")
+    out = np.zeros_like(x)
+    inputs = [rank_input("float32", (1000,), r, "sum", "dropped") for r in range(size)]
+    if rank == size - 1:
+        time.sleep(0.5)
+        handle = request.submit(x, out, (x, out))
+        handle.wait()
+        handle.release()
+    else:
+        handle = request.submit(x, out, (x,))
+        alive = weakref.ref(x)
+        del x, handle
+        gc.collect()
+        assert _hotpath.orphans() == 1, f"orphans: {_hotpath.orphans()}, expected 1 (the collective is waiting)"
+        assert alive() is not None, "the input of a running collective was freed"
+        deadline = time.monotonic() + 30
+        while _hotpath.orphans() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _hotpath.orphans() == 0, "a finished collective's dropped handle was never given back"
+        gc.collect()
+        assert alive() is None, "the input of a finished, dropped handle is kept forever"
+    check_close("hot.dropped", out, reduce_reference(inputs, "sum"), "float32", "dropped handle")
+
+
+def check_released_handle(rank, size):
+    x = np.ones(4, np.float32)
+    handle = prepared("hot.released", "float32", (4,)).submit(x, x, x)
+    handle.wait()
+    handle.release()
+    handle.release()  # again: nothing
+    assert handle._id is None
+    expect_error(hvd.HvdliteError, ["hot.released", "already released"], handle.wait)
+    expect_error(hvd.HvdliteError, ["hot.released", "already released"], handle.poll)
+    expect_error(hvd.HvdliteError, ["hot.released", "already released"], lambda: wait_all([handle]))
+    release_all([handle])  # released ones are skipped
+
+
+def check_unusable_buffers(rank, size):
+    request = prepared("hot.buffers", "float32", (4,))
+    x = np.ones(4, np.float32)
+    read_only = np.ones(4, np.float32)
+    read_only.setflags(write=False)
+    expect_error(ValueError, ["output", "hot.buffers", "read-only"], lambda: request.submit(x, read_only, x))
+    expect_error(TypeError, ["input", "hot.buffers"], lambda: request.submit("not a buffer", x, x))
+    expect_error(TypeError, ["5 arguments"], lambda: _hotpath.submit(0, x, x))
+    expect_error(ValueError, ["no request"], lambda: _hotpath.submit(0, x, x, x, "none"))
+    # Nothing was left in flight by the refusals: the name goes through now, on every rank.
+    out = np.empty_like(x)
+    request.run(x, out, (x, out)).release()
+    check_close("hot.buffers", out, np.full(4, float(size)), "float32", "after refused buffers")
+
+
+def check_failing_member(rank, size):
+    # The second of three all-reduces disagrees on its shape across ranks: wait_all raises its error, naming
+    # it and the shapes, on every rank; the others still complete correctly.
+    shapes = {"hot.group.a": (5,), "hot.group.b": (4 + rank,), "hot.group.c": (6,)}
+    arrays = {name: np.full(shape, rank + 1.0, np.float32) for name, shape in shapes.items()}
+    handles = [submit(Request(Collective.ALLREDUCE, name, "float32", a.shape, a.ctypes.data, a.ctypes.data,
+                              op=hvd.Sum, keepalive=a)) for name, a in arrays.items()]
+    expect_error(hvd.HvdliteError, ["hot.group.b", "shape"], lambda: wait_all(handles))
+    release_all(handles)
+    total = size * (size + 1) / 2
+    for name in ("hot.group.a", "hot.group.c"):
+        check_close(name, arrays[name], np.full(shapes[name], total), "float32", "beside a failing member")
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
+                  check_unusable_buffers, check_failing_member):
+        check(rank, size)
+    assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
+    hvd.shutdown()
+    print("WORKER OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()
