@@ -300,22 +300,35 @@ static PyObject *hotpath_enqueue(PyObject *module, PyObject *const *args, Py_ssi
   return enqueue(request, args[1], args[2]);
 }
 
-/* The handles of a sequence as core ids (into a buffer the caller frees), checking each is a live handle. */
-static hvdlite_handle *ids_of(PyObject *fast, Py_ssize_t count, int allow_released) {
-  hvdlite_handle *ids = PyMem_Malloc(sizeof(hvdlite_handle) * (size_t)(count > 0 ? count : 1));
-  if (ids == NULL) return (hvdlite_handle *)PyErr_NoMemory();
-  PyObject **items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    if (!PyObject_TypeCheck(items[i], &CoreHandleType)) {
-      PyMem_Free(ids);
-      return (hvdlite_handle *)PyErr_Format(PyExc_TypeError, "expected hvdlite handles, got %R", items[i]);
+/* The core ids of a sequence of handles, each checked to be a handle (and live unless allow_released), in a
+ * buffer the caller frees with PyMem_Free; *fast is the sequence's fast form (a new reference, NULL on error).
+ * NULL with an error set when the sequence does not qualify. */
+static hvdlite_handle *ids_of(PyObject *handles, int allow_released, PyObject **fast, Py_ssize_t *count) {
+  *fast = PySequence_Fast(handles, "expected a sequence of hvdlite handles");
+  if (*fast == NULL) return NULL;
+  *count = PySequence_Fast_GET_SIZE(*fast);
+  hvdlite_handle *ids = PyMem_Malloc(sizeof(hvdlite_handle) * (size_t)(*count > 0 ? *count : 1));
+  if (ids == NULL) {
+    PyErr_NoMemory();
+  } else {
+    PyObject **items = PySequence_Fast_ITEMS(*fast);
+    for (Py_ssize_t i = 0; i < *count; ++i) {
+      if (!PyObject_TypeCheck(items[i], &CoreHandleType)) {
+        PyErr_Format(PyExc_TypeError, "expected hvdlite handles, got %R", items[i]);
+        break;
+      }
+      CoreHandle *handle = (CoreHandle *)items[i];
+      if (handle->id == RELEASED && !allow_released) {
+        raise_released(handle);
+        break;
+      }
+      ids[i] = handle->id;
     }
-    CoreHandle *handle = (CoreHandle *)items[i];
-    if (handle->id == RELEASED && !allow_released) {
-      PyMem_Free(ids);
-      return (hvdlite_handle *)raise_released(handle);
-    }
-    ids[i] = handle->id;
+  }
+  if (PyErr_Occurred()) {
+    PyMem_Free(ids);
+    Py_CLEAR(*fast);
+    return NULL;
   }
   return ids;
 }
@@ -323,14 +336,10 @@ static hvdlite_handle *ids_of(PyObject *fast, Py_ssize_t count, int allow_releas
 /* wait_all(handles): waits for every handle in one call (one wake-up), then raises HvdliteError for the
  * first that failed, if any. */
 static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
-  PyObject *fast = PySequence_Fast(handles, "wait_all takes a sequence of handles");
-  if (fast == NULL) return NULL;
-  const Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
-  hvdlite_handle *ids = ids_of(fast, count, 0);
-  if (ids == NULL) {
-    Py_DECREF(fast);
-    return NULL;
-  }
+  PyObject *fast;
+  Py_ssize_t count;
+  hvdlite_handle *ids = ids_of(handles, 0, &fast, &count);
+  if (ids == NULL) return NULL;
   int code;
   if (hvdlite_all_done(ids, (int32_t)count)) {
     code = hvdlite_wait_all(ids, (int32_t)count);
@@ -355,14 +364,10 @@ static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
 
 /* release_all(handles): releases every handle not released yet. */
 static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
-  PyObject *fast = PySequence_Fast(handles, "release_all takes a sequence of handles");
-  if (fast == NULL) return NULL;
-  const Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
-  hvdlite_handle *ids = ids_of(fast, count, 1);
-  if (ids == NULL) {
-    Py_DECREF(fast);
-    return NULL;
-  }
+  PyObject *fast;
+  Py_ssize_t count;
+  hvdlite_handle *ids = ids_of(handles, 1, &fast, &count);
+  if (ids == NULL) return NULL;
   Py_ssize_t live = 0;
   for (Py_ssize_t i = 0; i < count; ++i) {
     if (ids[i] != RELEASED) ids[live++] = ids[i];
