@@ -97,7 +97,7 @@ _PREPARED_REQUESTS = {}
 
 def _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set):
     """The all-reduce's PreparedRequest: cached for a named tensor, made afresh for an unnamed one."""
-    def make(name=name):
+    def make():
         return PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
