@@ -95,25 +95,27 @@ def _core_output(handle, dtype):
 _PREPARED_REQUESTS = {}
 
 
-def _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set):
-    """The all-reduce's PreparedRequest: cached for a named tensor, made afresh for an unnamed one."""
+def _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    """(PreparedRequest, input array, new output array) of an all-reduce; the request is cached for a named
+    tensor, made afresh for an unnamed one."""
+    array = np.ascontiguousarray(tensor)
+    output = np.empty_like(array)
+
     def make():
         return PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
     if not name:
-        return make()
+        return make(), array, output
     key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor, array.dtype, array.shape)
-    return cached(_PREPARED_REQUESTS, key, make)
+    return cached(_PREPARED_REQUESTS, key, make), array, output
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    array = np.ascontiguousarray(tensor)
-    output = np.empty_like(array)
-    prepared = _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set)
+    prepared, array, output = _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
     return _track(prepared.submit(array, output, (array, output)), lambda handle: output)
 
 
@@ -122,9 +124,7 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, pos
     """Reduces tensor over all ranks of the process set; returns a new array."""
     _require_init()
     op = resolve_op(op, average)
-    array = np.ascontiguousarray(tensor)
-    output = np.empty_like(array)
-    prepared = _prepared_allreduce(array, name, op, prescale_factor, postscale_factor, process_set)
+    prepared, array, output = _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
     prepared.run(array, output, (array, output)).release()
     return output
 

@@ -199,12 +199,6 @@ def _raise_for(code, buffer):
     raise ValueError(message)
 
 
-def _raise_handle_error(handle_id, name):
-    buffer = error_buffer()
-    lib.hvdlite_handle_error(handle_id, buffer, len(buffer))
-    raise HvdliteError(error_text(buffer) or f"request '{name}' failed")
-
-
 def _filled_group(requests):
     """The requests' C array, and what it points to (hold both until the core has copied them)."""
     c_requests = ffi.new("hvdlite_request[]", max(len(requests), 1))
@@ -303,7 +297,7 @@ class GroupHandle:
         """Waits for every member; then raises HvdliteError for the first that failed, if any."""
         code = lib.hvdlite_wait_all(self._ids, self._count)
         if code > 0:
-            _raise_handle_error(self._ids[code - 1], self._names[code - 1])
+            _hotpath.raise_handle_error(self._ids[code - 1], self._names[code - 1])
         if code < 0:
             raise HvdliteError("wait: the group was already released")
 

@@ -111,18 +111,20 @@ static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
   return PyBool_FromLong(hvdlite_poll(self->id) == 1);
 }
 
+/* hvdlite_wait_all, letting go of the GIL only when something is still pending (a finished wait returns at
+ * once, and handing the GIL over costs more than it). */
+static int wait_for(const hvdlite_handle *ids, int32_t count) {
+  if (hvdlite_all_done(ids, count)) return hvdlite_wait_all(ids, count);
+  int code;
+  Py_BEGIN_ALLOW_THREADS
+  code = hvdlite_wait_all(ids, count);
+  Py_END_ALLOW_THREADS
+  return code;
+}
+
 static PyObject *handle_wait(CoreHandle *self, PyObject *unused) {
   if (self->id == RELEASED) return raise_released(self);
-  const hvdlite_handle id = self->id;
-  int code;
-  if (hvdlite_poll(id) == 1) {
-    code = hvdlite_wait(id); /* done: returns at once, no need to let go of the GIL */
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    code = hvdlite_wait(id);
-    Py_END_ALLOW_THREADS
-  }
-  if (code != 0) return raise_handle_error(id, self->name);
+  if (wait_for(&self->id, 1) != 0) return raise_handle_error(self->id, self->name);
   Py_RETURN_NONE;
 }
 
@@ -340,14 +342,7 @@ static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
   Py_ssize_t count;
   hvdlite_handle *ids = ids_of(handles, 0, &fast, &count);
   if (ids == NULL) return NULL;
-  int code;
-  if (hvdlite_all_done(ids, (int32_t)count)) {
-    code = hvdlite_wait_all(ids, (int32_t)count);
-  } else {
-    Py_BEGIN_ALLOW_THREADS
-    code = hvdlite_wait_all(ids, (int32_t)count);
-    Py_END_ALLOW_THREADS
-  }
+  const int code = wait_for(ids, (int32_t)count);
   PyObject *result = NULL;
   if (code == 0) {
     Py_INCREF(Py_None);
@@ -396,6 +391,14 @@ static PyObject *hotpath_set_handle_type(PyObject *module, PyObject *cls) {
   Py_RETURN_NONE;
 }
 
+/* raise_handle_error(handle_id, name): raises the failed request's HvdliteError (for handles kept as C ids). */
+static PyObject *hotpath_raise_handle_error(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (check_arguments("raise_handle_error", nargs, 2) != 0) return NULL;
+  const long long id = PyLong_AsLongLong(args[0]);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  return raise_handle_error((hvdlite_handle)id, args[1]);
+}
+
 static PyObject *hotpath_orphans(PyObject *module, PyObject *unused) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
   return PyLong_FromSsize_t(PyList_GET_SIZE(orphans));
@@ -411,6 +414,8 @@ static PyMethodDef hotpath_functions[] = {
     {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
     {"release_all", hotpath_release_all, METH_O, "release_all(handles): releases those not released yet."},
     {"set_handle_type", hotpath_set_handle_type, METH_O, "set_handle_type(cls): the class of new handles."},
+    {"raise_handle_error", (PyCFunction)(void (*)(void))hotpath_raise_handle_error, METH_FASTCALL,
+     "raise_handle_error(handle_id, name): raises the failed request's HvdliteError."},
     {"orphans", hotpath_orphans, METH_NOARGS,
      "orphans() -> how many dropped handles still wait for their collective (for tests)."},
     {NULL, NULL, 0, NULL}};
