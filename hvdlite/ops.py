@@ -155,7 +155,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     arrays = [np.ascontiguousarray(t) for t in tensors]
     outputs = [np.empty_like(a) for a in arrays]
     prepared = _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set)
-    group = prepared.submit([(address(a), address(out)) for a, out in zip(arrays, outputs)], (arrays, outputs))
+    group = prepared.submit(arrays, outputs, (arrays, outputs))
     # One int handle for the group, as in Horovod: synchronize returns the list.
     return _track(group, lambda group: outputs)
 

@@ -316,23 +316,22 @@ class PreparedGroup:
     or the same): what a training step does with the same gradients every step. A submission sets two
     pointers per member at most and makes one C call, instead of rebuilding every request."""
 
-    __slots__ = ("_c", "_owned", "_names", "_count")
+    __slots__ = ("_c", "_owned", "_names", "_count", "_address")
 
     def __init__(self, requests):
         self._count = len(requests)
         self._c, self._owned = _filled_group(requests)
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
+        self._address = _address(self._c)
 
-    def submit(self, buffers=None, keepalive=None):
-        """Submits every member; buffers, if given, is one (input address, output address) per member
-        (same dtypes and shapes as prepared) and keepalive what holds them. Returns a GroupHandle."""
-        c_requests = self._c
-        if buffers is not None:
-            for c_request, (input_address, output_address) in zip(c_requests, buffers):
-                c_request.input = _pointer(input_address)
-                c_request.output = _pointer(output_address)
-        ids = _enqueue_group(c_requests, self._count)
+    def submit(self, inputs=None, outputs=None, keepalive=None):
+        """Submits every member; inputs and outputs, if given, hold one buffer per member (integer addresses
+        or contiguous arrays, same dtypes and shapes as prepared; set in one C call) and keepalive what holds
+        them. Returns a GroupHandle."""
+        if inputs is not None:
+            _hotpath.point_group(self._address, inputs, outputs, self._names)
+        ids = _enqueue_group(self._c, self._count)
         return GroupHandle(ids, self._count, self._names, keepalive if keepalive is not None else self._owned)
 
 

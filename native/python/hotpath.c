@@ -293,6 +293,40 @@ static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t
   return (PyObject *)handle;
 }
 
+/* point_group(requests_address, inputs, outputs, names): points each of the filled requests at its input and
+ * output (sequences of addresses or contiguous buffers, one per request); a buffer that cannot be used
+ * raises naming its tensor (names[i]) and leaves the requests partly pointed (the caller submits nothing). */
+static PyObject *hotpath_point_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (check_arguments("point_group", nargs, 4) != 0) return NULL;
+  hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  if (PyErr_Occurred()) return NULL;
+  PyObject *inputs = PySequence_Fast(args[1], "point_group: inputs must be a sequence");
+  PyObject *outputs = inputs ? PySequence_Fast(args[2], "point_group: outputs must be a sequence") : NULL;
+  PyObject *names = outputs ? PySequence_Fast(args[3], "point_group: names must be a sequence") : NULL;
+  PyObject *result = NULL;
+  Py_ssize_t count;
+  if (names == NULL) goto done;
+  count = PySequence_Fast_GET_SIZE(names);
+  if (requests == NULL || PySequence_Fast_GET_SIZE(inputs) != count || PySequence_Fast_GET_SIZE(outputs) != count) {
+    PyErr_Format(PyExc_ValueError, "point_group: %zd requests need one input and one output each (got %zd and %zd)",
+                 count, PySequence_Fast_GET_SIZE(inputs), PySequence_Fast_GET_SIZE(outputs));
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject *name = PySequence_Fast_GET_ITEM(names, i);
+    requests[i].input = address_of(PySequence_Fast_GET_ITEM(inputs, i), 0);
+    if (PyErr_Occurred()) { name_buffer_error("input", name); goto done; }
+    requests[i].output = address_of(PySequence_Fast_GET_ITEM(outputs, i), 1);
+    if (PyErr_Occurred()) { name_buffer_error("output", name); goto done; }
+  }
+  result = Py_NewRef(Py_None);
+done:
+  Py_XDECREF(inputs);
+  Py_XDECREF(outputs);
+  Py_XDECREF(names);
+  return result;
+}
+
 /* enqueue(request_address, keepalive, name): enqueues the filled request as it is. */
 static PyObject *hotpath_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (check_arguments("enqueue", nargs, 3) != 0) return NULL;
@@ -409,6 +443,8 @@ static PyMethodDef hotpath_functions[] = {
      "submit(request_address, input, output, keepalive, name) -> Handle; input/output: addresses or buffers"},
     {"run", (PyCFunction)(void (*)(void))hotpath_run, METH_FASTCALL,
      "run(request_address, input, output, keepalive, name) -> finished Handle (submitted and waited for)"},
+    {"point_group", (PyCFunction)(void (*)(void))hotpath_point_group, METH_FASTCALL,
+     "point_group(requests_address, inputs, outputs, names): sets each filled request's buffers."},
     {"enqueue", (PyCFunction)(void (*)(void))hotpath_enqueue, METH_FASTCALL,
      "enqueue(request_address, keepalive, name) -> Handle"},
     {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},

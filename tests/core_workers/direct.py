@@ -9,7 +9,7 @@ Prints 'WORKER OK' per rank on success.
 import numpy as np
 
 import hvdlite as hvd
-from hvdlite.requests import Collective, PreparedGroup, Request, address
+from hvdlite.requests import Collective, PreparedGroup, Request
 from reference import check_close, np_dtype, rank_input, reduce_reference
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
@@ -30,7 +30,7 @@ def run_group(label, dtype, op_name, sizes, in_place_every=2):
     # Prepared without buffers, given them at submission (as hvd.grouped_allreduce_async does).
     group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, 0, 0, op=OPS[op_name])
                            for i, x in enumerate(inputs)])
-    handle = group.submit([(address(x), address(out)) for x, out in zip(inputs, outputs)], (inputs, outputs))
+    handle = group.submit(inputs, outputs, (inputs, outputs))
     handle.wait()
     assert handle.poll(), f"{label}: a waited group must poll done"
     handle.release()

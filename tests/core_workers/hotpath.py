@@ -1,7 +1,7 @@
 """The per-tensor calls made in C (native/python/hotpath.c), on real MPI ranks: prepared requests resubmitted
 with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
-collective finished (their memory must live until it has), released handles, buffers the core cannot use, and
-a failing member of wait_all. Every result is checked against a float64 reference.
+collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
+prepared group pointed at new buffers in one call, and a failing member of wait_all. Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 import hvdlite as hvd
 from hvdlite import _hotpath
-from hvdlite.requests import Collective, PreparedRequest, Request, release_all, submit, wait_all
+from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, wait_all
 from reference import check_close, rank_input, reduce_reference
 
 
@@ -129,6 +129,39 @@ def check_unusable_buffers(rank, size):
     check_close("hot.buffers", out, np.full(4, float(size)), "float32", "after refused buffers")
 
 
+def check_prepared_group_buffers(rank, size):
+    # A prepared group pointed at new buffers every step by one C call (arrays, then addresses), each member
+    # checked; buffers it cannot use raise naming the member and leave nothing submitted.
+    shapes = [(3,), (2, 5), (7,)]
+    group = PreparedGroup([Request(Collective.ALLREDUCE, f"hot.grp.{i}", "float64", s, op=hvd.Sum)
+                           for i, s in enumerate(shapes)])
+    for step in range(4):
+        inputs = [rank_input("float64", s, rank, "sum", ("grp", step, i)) for i, s in enumerate(shapes)]
+        outputs = [np.empty_like(x) for x in inputs]
+        if step % 2:
+            handle = group.submit([x.ctypes.data for x in inputs], [o.ctypes.data for o in outputs], (inputs, outputs))
+        else:
+            handle = group.submit(inputs, outputs, (inputs, outputs))
+        handle.wait()
+        handle.release()
+        for i, (s, out) in enumerate(zip(shapes, outputs)):
+            everyone = [rank_input("float64", s, r, "sum", ("grp", step, i)) for r in range(size)]
+            check_close(f"hot.grp.{i}", out, reduce_reference(everyone, "sum"), "float64", f"group step {step}")
+    xs = [np.ones(s) for s in shapes]
+    read_only = np.ones(shapes[1])
+    read_only.setflags(write=False)
+    expect_error(ValueError, ["output", "hot.grp.1", "read-only"],
+                 lambda: group.submit(xs, [np.empty(shapes[0]), read_only, np.empty(shapes[2])], xs))
+    expect_error(TypeError, ["input", "hot.grp.2"], lambda: group.submit(xs[:2] + ["not a buffer"], xs, xs))
+    expect_error(ValueError, ["3 requests", "got 2"], lambda: group.submit(xs[:2], xs[:2], xs))
+    outs = [np.empty_like(x) for x in xs]
+    handle = group.submit(xs, outs, (xs, outs))  # nothing was left in flight by the refusals
+    handle.wait()
+    handle.release()
+    for i, (s, out) in enumerate(zip(shapes, outs)):
+        check_close(f"hot.grp.{i}", out, np.full(s, float(size)), "float64", "after refused group buffers")
+
+
 def check_failing_member(rank, size):
     # The second of three all-reduces disagrees on its shape across ranks: wait_all raises its error, naming
     # it and the shapes, on every rank; the others still complete correctly.
@@ -147,7 +180,7 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
-                  check_unusable_buffers, check_failing_member):
+                  check_unusable_buffers, check_prepared_group_buffers, check_failing_member):
         check(rank, size)
     assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
     hvd.shutdown()
