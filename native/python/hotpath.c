@@ -300,6 +300,7 @@ static PyObject *hotpath_point_group(PyObject *module, PyObject *const *args, Py
   if (check_arguments("point_group", nargs, 4) != 0) return NULL;
   hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
   if (PyErr_Occurred()) return NULL;
+  if (requests == NULL) return PyErr_Format(PyExc_ValueError, "point_group: no requests (NULL address)");
   PyObject *inputs = PySequence_Fast(args[1], "point_group: inputs must be a sequence");
   PyObject *outputs = inputs ? PySequence_Fast(args[2], "point_group: outputs must be a sequence") : NULL;
   PyObject *names = outputs ? PySequence_Fast(args[3], "point_group: names must be a sequence") : NULL;
@@ -307,7 +308,7 @@ static PyObject *hotpath_point_group(PyObject *module, PyObject *const *args, Py
   Py_ssize_t count;
   if (names == NULL) goto done;
   count = PySequence_Fast_GET_SIZE(names);
-  if (requests == NULL || PySequence_Fast_GET_SIZE(inputs) != count || PySequence_Fast_GET_SIZE(outputs) != count) {
+  if (PySequence_Fast_GET_SIZE(inputs) != count || PySequence_Fast_GET_SIZE(outputs) != count) {
     PyErr_Format(PyExc_ValueError, "point_group: %zd requests need one input and one output each (got %zd and %zd)",
                  count, PySequence_Fast_GET_SIZE(inputs), PySequence_Fast_GET_SIZE(outputs));
     goto done;

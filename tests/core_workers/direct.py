@@ -10,7 +10,7 @@ import numpy as np
 
 import hvdlite as hvd
 from hvdlite.requests import Collective, PreparedGroup, Request
-from reference import check_close, np_dtype, rank_input, reduce_reference
+from reference import check_close, rank_input, reduce_reference
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 

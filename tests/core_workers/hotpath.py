@@ -154,6 +154,7 @@ def check_prepared_group_buffers(rank, size):
                  lambda: group.submit(xs, [np.empty(shapes[0]), read_only, np.empty(shapes[2])], xs))
     expect_error(TypeError, ["input", "hot.grp.2"], lambda: group.submit(xs[:2] + ["not a buffer"], xs, xs))
     expect_error(ValueError, ["3 requests", "got 2"], lambda: group.submit(xs[:2], xs[:2], xs))
+    expect_error(ValueError, ["no requests"], lambda: _hotpath.point_group(0, xs, xs, ["a", "b", "c"]))
     outs = [np.empty_like(x) for x in xs]
     handle = group.submit(xs, outs, (xs, outs))  # nothing was left in flight by the refusals
     handle.wait()
