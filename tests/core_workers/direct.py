@@ -1,7 +1,9 @@
 """The direct all-reduce (cross-memory reads between ranks on one host) on every rank against a float64
 reference, where its own code paths are: a fused batch of more tensors than one system call takes
 (IOV_MAX), split across ranks in the middle of tensors, half of them in place; one tensor larger than a
-read chunk, in place; half-precision types and every op; results bitwise equal on all ranks.
+read chunk, in place; half-precision types and every op; results bitwise equal on all ranks. A fused
+batch's shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
+on every rank with its reason, and the next batch works.
 
 Run under mpiexec with HVDLITE_ALLREDUCE_ALGORITHM=direct (or auto with HVDLITE_AUTO_RING_MIN_BYTES=0).
 Prints 'WORKER OK' per rank on success.
@@ -9,6 +11,7 @@ Prints 'WORKER OK' per rank on success.
 import numpy as np
 
 import hvdlite as hvd
+from hvdlite.errors import HvdliteError
 from hvdlite.requests import Collective, PreparedGroup, Request
 from reference import check_close, rank_input, reduce_reference
 
@@ -42,9 +45,41 @@ def run_group(label, dtype, op_name, sizes, in_place_every=2):
     same_bytes_everywhere(outputs, label)
 
 
+def no_shared_buffer_on_last_rank():
+    """The last rank cannot open a file (RLIMIT_NOFILE 0), so its staging buffer (a memfd) cannot grow: the
+    batch fails on every rank, naming that rank and why, and nothing is left in flight."""
+    import resource
+    rank, size = hvd.rank(), hvd.size()
+    sizes = [5_000_000, 1_000_000]  # 24 MB, more than any batch before: the buffer must grow
+    inputs = [np.full(n, rank + 1.0, dtype=np.float32) for n in sizes]
+    group = PreparedGroup([Request(Collective.ALLREDUCE, f"no.shared.{i}", "float32", x.shape, 0, 0, op=hvd.Sum)
+                           for i, x in enumerate(inputs)])
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if rank == size - 1:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (0, limits[1]))
+    try:
+        handle = group.submit(inputs, inputs, inputs)
+        try:
+            handle.wait()
+            raise AssertionError("a batch whose staging buffer failed must raise")
+        except HvdliteError as error:
+            message = str(error)
+        handle.release()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    if rank == size - 1:
+        assert "memfd_create" in message and "Too many open files" in message, message
+    else:
+        assert f"rank {size - 1}" in message and "see its error" in message, message
+    # The next batch (the buffer now grows on every rank) reduces correctly.
+    run_group("after.failure", "float32", "sum", sizes)
+
+
 def main():
     hvd.init()
     rng = np.random.default_rng(7)  # the same sizes on every rank
+    # A small batch first: the peers map its staging buffer, which the next batches make grow.
+    run_group("small", "float32", "sum", [100, 200, 300])
     # 3000 tensors of odd sizes: a share spans more of them than one read takes (IOV_MAX, 1024), and
     # shares cut tensors in two.
     run_group("many", "float32", "sum", list(rng.integers(1, 3000, size=3000)))
@@ -60,6 +95,7 @@ def main():
             run_group(f"mix.{dtype}.{op_name}", dtype, op_name, sizes)
     # The same names again: the response cache's fast path feeds the same batches.
     run_group("many", "float32", "sum", list(np.random.default_rng(7).integers(1, 3000, size=3000)))
+    no_shared_buffer_on_last_rank()
     hvd.shutdown()
     print("WORKER OK", flush=True)
 

@@ -56,6 +56,9 @@ class BufferLayout {
   // Copies [begin, begin + bytes) of the inputs (or outputs) to `to`, contiguous.
   void Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to) const;
 
+  // Copies contiguous `from` to the outputs over [begin, begin + bytes).
+  void Scatter(int64_t begin, int64_t bytes, const uint8_t *from) const;
+
   // output = (input, or output with from_output) (op) received over [begin, begin + bytes), piece by piece;
   // received is contiguous.
   void Reduce(int64_t begin, int64_t bytes, const uint8_t *received, bool from_output, DataType dtype,

@@ -33,22 +33,25 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   const bool staged = pieces.size() > 1;
   published_.resize(n);
   Published &mine = published_[ctx.rank];
+  mine = Published{};
   mine.pid = static_cast<uint64_t>(getpid());
   if (staged) {
     staged_ = staging_.Reserve(static_cast<size_t>(count * element));
-    // The shares peers reduce, each at its own offset; this rank's own share is read in place.
-    layout_.Gather(0, begin, /*input=*/true, staged_);
-    layout_.Gather(end, count * element - end, /*input=*/true, staged_ + end);
-    mine.inputs = mine.results = reinterpret_cast<uint64_t>(staged_);
+    if (staged_) {
+      // The shares peers reduce, each at its own offset; this rank's own share is read in place.
+      layout_.Gather(0, begin, /*input=*/true, staged_);
+      layout_.Gather(end, count * element - end, /*input=*/true, staged_ + end);
+      mine.staging = staging_.descriptor();
+    }
   } else {
     mine.inputs = reinterpret_cast<uint64_t>(pieces[0].input);
     mine.results = reinterpret_cast<uint64_t>(pieces[0].output);
   }
   MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, published_.data(), sizeof(Published), MPI_BYTE, ctx.comm);
+  std::string error = staged ? MapPeers(ctx) : "";
 
   // Reduce-scatter: output = input (op) every peer's input over this rank's share, a chunk at a time.
   // Peers meanwhile read other shares of this rank's inputs, which nothing here writes.
-  std::string error;
   const int64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
   if (static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, end - begin)) {
     scratch_.resize(std::min(chunk_bytes, end - begin));
@@ -57,15 +60,21 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
     const int64_t bytes = std::min(chunk_bytes, end - chunk);
     for (int k = 1; k < n; ++k) {
       const int peer = (ctx.rank + k) % n;
-      reader_.Begin(static_cast<pid_t>(published_[peer].pid));
-      reader_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
-      if (!reader_.Finish()) {
-        error = "reading rank " + std::to_string(peer) + "'s input: " + reader_.error();
-        break;
+      const uint8_t *received;
+      if (staged) {
+        received = peer_staging_[peer] + chunk;  // plain loads from shared memory
+      } else {
+        reader_.Begin(static_cast<pid_t>(published_[peer].pid));
+        reader_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
+        if (!reader_.Finish()) {
+          error = "reading rank " + std::to_string(peer) + "'s input: " + reader_.error();
+          break;
+        }
+        received = scratch_.data();
       }
-      layout_.Reduce(chunk, bytes, scratch_.data(), /*from_output=*/k > 1, dtype, op);
+      layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
     }
-    if (staged && error.empty()) layout_.Gather(chunk, bytes, /*input=*/false, staged_ + chunk);  // still in cache
+    if (staged) layout_.Gather(chunk, bytes, /*input=*/false, staged_ + chunk);  // still in cache
   }
   error = Agree(ctx, error, "reduce-scatter");
   if (!error.empty()) return error;
@@ -74,16 +83,33 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   for (int k = 1; k < n && error.empty(); ++k) {
     const int owner = (ctx.rank + k) % n;
     const int64_t from = share_begin(owner);
+    if (staged) {
+      layout_.Scatter(from, share_begin(owner + 1) - from, peer_staging_[owner] + from);
+      continue;
+    }
     reader_.Begin(static_cast<pid_t>(published_[owner].pid));
-    layout_.ForEachRun(from, share_begin(owner + 1) - from, [&](size_t i, int64_t skip, int64_t take) {
-      const int64_t at = layout_.begin_of(i) + skip;
-      reader_.Add(layout_.Address(i, /*input=*/false) + skip, published_[owner].results + static_cast<uint64_t>(at),
-                  take);
-    });
+    reader_.Add(pieces[0].output + from, published_[owner].results + static_cast<uint64_t>(from),
+                share_begin(owner + 1) - from);
     if (!reader_.Finish()) error = "reading rank " + std::to_string(owner) + "'s result: " + reader_.error();
   }
   // Nobody returns (and lets its caller touch the outputs) while a peer may still be reading them.
   return Agree(ctx, error, "all-gather");
+}
+
+std::string DirectAllreduce::MapPeers(const CommContext &ctx) {
+  // A rank that could not make its buffer published none: every rank sees that and reports it.
+  for (int r = 0; r < ctx.size; ++r) {
+    if (published_[r].staging.bytes != 0) continue;
+    if (r == ctx.rank) return staging_.error();
+    return "rank " + std::to_string(r) + " has no shared staging buffer (see its error)";
+  }
+  peer_staging_.assign(ctx.size, nullptr);
+  for (int k = 1; k < ctx.size; ++k) {
+    const int peer = (ctx.rank + k) % ctx.size;
+    peer_staging_[peer] = staging_.Map(peer, published_[peer].staging);
+    if (!peer_staging_[peer]) return staging_.error();
+  }
+  return "";
 }
 
 }  // namespace hvdlite

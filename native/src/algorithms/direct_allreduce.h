@@ -4,17 +4,18 @@
 // results are bitwise identical everywhere. Three small MPI collectives frame it: the addresses
 // (allgather), "shares reduced" and "results read" (allreduces that also carry any failure).
 //
-// A batch of one tensor is read where it is. A fused batch is first packed into a staging buffer backed by
-// huge pages (only the shares peers read), and each rank's reduced share is copied there too: the kernel
-// pins every page it reads from a peer, and reading scattered 4 KiB-paged tensors directly measured 2x
-// slower than packing them first (docs/benchmarks.md).
+// A batch of one tensor is read where it is, with process_vm_readv. A fused batch is first packed into a
+// staging buffer in shared memory (only the shares peers read), and each rank's reduced share is copied
+// there too; peers map that buffer once and read it with plain loads. Reading scattered 4 KiB-paged tensors
+// with process_vm_readv measured 2x slower than packing them (the kernel pins every page it reads), and a
+// packed buffer read through the kernel still costs a copy that shared memory does not (docs/benchmarks.md).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "allreduce_algorithm.h"
 #include "cross_memory.h"
-#include "staging_buffer.h"
+#include "shared_staging.h"
 
 namespace hvdlite {
 
@@ -26,17 +27,22 @@ class DirectAllreduce : public PiecewiseAllreduce {
                         DataType dtype, ReduceOp op) override;
 
  private:
-  // What each rank publishes: where peers read its inputs and its reduced share, as the virtual buffer
-  // (the batch's bytes laid end to end) starting at these addresses.
+  // What each rank publishes. One tensor: where peers read its input and its reduced share. A fused batch:
+  // its staging buffer, which holds the batch's bytes laid end to end (bytes 0 when it has none).
   struct Published {
     uint64_t pid;
     uint64_t inputs;
     uint64_t results;
+    SharedStaging::Descriptor staging;
   };
+  // Maps every peer's staging buffer into peer_staging_; an error when some rank has none or one fails.
+  std::string MapPeers(const CommContext &ctx);
+
   BufferLayout layout_;
   PeerReader reader_;
-  StagingBuffer staging_;
-  uint8_t *staged_ = nullptr;  // the batch's bytes at their offsets (fused batches only)
+  SharedStaging staging_;
+  uint8_t *staged_ = nullptr;                  // this rank's staging buffer (fused batches only)
+  std::vector<const uint8_t *> peer_staging_;  // by rank: the peers' staging buffers, mapped
   std::vector<Published> published_;
   std::vector<uint8_t> scratch_;  // one chunk of a peer's share, reduced while it is in cache
 };
