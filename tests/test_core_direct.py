@@ -1,5 +1,7 @@
-"""The direct all-reduce: each rank reads its share straight out of its peers' memory (process_vm_readv).
-Checked on 2, 3 and 4 real ranks against float64 references, and auto's choice of it seen in the timeline."""
+"""The direct all-reduce: each rank reads its share straight out of its peers' memory (process_vm_readv; fused
+batches through shared staging buffers). Checked on 2, 3 and 4 real ranks against float64 references, auto's
+choice of it seen in the timeline, and where init's probe finds it cannot work: forced, init fails on every
+rank with the reason; auto, the ring reduces instead."""
 import os
 import textwrap
 
@@ -34,3 +36,48 @@ def test_auto_reduces_large_messages_directly_and_small_ones_through_mpi(tmp_pat
     phases = timeline_phases(trace)
     assert "DIRECT_ALLREDUCE" in phases["big"], phases["big"]
     assert "DIRECT_ALLREDUCE" not in phases["small"] and "RING_ALLREDUCE" not in phases["small"], phases["small"]
+
+
+UNAVAILABLE_JOB = """
+    import resource, sys
+    import numpy as np
+    import hvdlite as hvd
+    from hvdlite.errors import HvdliteError
+    forced = sys.argv[1] == "direct"
+    hvd.init()  # once as usual, so that the second init below opens no new files of Python's
+    rank, size = hvd.rank(), hvd.size()
+    hvd.shutdown()
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if rank == size - 1:  # this rank cannot make the shared staging buffer init's probe maps
+        resource.setrlimit(resource.RLIMIT_NOFILE, (0, limits[1]))
+    try:
+        hvd.init()
+        error = None
+    except HvdliteError as caught:
+        error = str(caught)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    if forced:
+        assert error is not None, "init with direct forced must fail where direct cannot work"
+        assert f"rank {size - 1} cannot read its peers' memory" in error and "memfd_create" in error, error
+        assert not hvd.is_initialized()
+    else:
+        assert error is None, error
+        x = np.arange(1 << 18, dtype=np.float64) * (rank + 1)
+        out = hvd.allreduce(x, name="big", op=hvd.Sum)
+        assert np.array_equal(out, np.arange(1 << 18, dtype=np.float64) * (size * (size + 1) // 2)), out[:4]
+        hvd.shutdown()
+    print("WORKER OK")
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "auto"])
+def test_where_direct_cannot_work_init_says_why_or_auto_uses_the_ring(tmp_path, algorithm):
+    trace = tmp_path / "trace.json"
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(UNAVAILABLE_JOB))
+    env = {"HVDLITE_ALLREDUCE_ALGORITHM": algorithm, "HVDLITE_TIMELINE": str(trace)}
+    assert_ran_ok(run_mpi(3, str(script), algorithm, env=env), 3)
+    if algorithm == "auto":
+        phases = timeline_phases(trace)
+        assert "RING_ALLREDUCE" in phases["big"] and "DIRECT_ALLREDUCE" not in phases["big"], phases["big"]

@@ -257,7 +257,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   if (!algorithms.direct_available) {
     if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
       *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
-               "memory (process_vm_readv), but " + why_not_direct + "; use ring or auto";
+               "memory (process_vm_readv and shared memory), but " + why_not_direct + "; use ring or auto";
       for (MPI_Comm *comm : {&cross_, &local_, &wake_comm_, &world_}) MPI_Comm_free(comm);
       return false;
     }

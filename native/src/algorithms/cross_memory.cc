@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstring>
 
+#include "shared_staging.h"
+
 namespace hvdlite {
 namespace {
 
@@ -72,27 +74,51 @@ bool CrossMemoryWorks(MPI_Comm comm, std::string *why) {
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  // Each rank reads a value every other rank published (pid, address, value) and checks it.
+  // Each rank reads a value every other rank published (pid, address, value), then the same value out of
+  // every other rank's shared staging buffer (the way fused batches are read), and checks both.
   const uint64_t mine = (static_cast<uint64_t>(getpid()) << 20) ^ 0x5eedULL ^ static_cast<uint64_t>(rank);
-  const uint64_t published[3] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&mine), mine};
-  std::vector<uint64_t> all(3 * static_cast<size_t>(size));
-  MPI_Allgather(published, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, comm);
-  int failure = 0;  // an errno, or -1 for a wrong value
+  SharedStaging staging;
+  uint8_t *shared = staging.Reserve(sizeof mine);
+  if (shared) std::memcpy(shared, &mine, sizeof mine);
+  const SharedStaging::Descriptor &d = staging.descriptor();  // bytes 0 when it could not be made
+  const uint64_t published[7] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&mine), mine,
+                                 d.pid, d.fd, d.generation, shared ? d.bytes : 0};
+  std::vector<uint64_t> all(7 * static_cast<size_t>(size));
+  MPI_Allgather(published, 7, MPI_UINT64_T, all.data(), 7, MPI_UINT64_T, comm);
+  std::string failure;  // this rank's, empty when it read everything right
+  if (!shared) failure = staging.error();
   PeerReader reader;
-  for (int peer = 0; peer < size && failure == 0; ++peer) {
+  for (int peer = 0; peer < size && failure.empty(); ++peer) {
     if (peer == rank) continue;
+    const uint64_t *theirs = &all[7 * static_cast<size_t>(peer)];
     uint64_t seen = 0;
-    reader.Begin(static_cast<pid_t>(all[3 * peer]));
-    reader.Add(&seen, all[3 * peer + 1], sizeof seen);
-    if (!reader.Finish()) failure = reader.error_number() != 0 ? reader.error_number() : -1;
-    else if (seen != all[3 * peer + 2]) failure = -1;
+    reader.Begin(static_cast<pid_t>(theirs[0]));
+    reader.Add(&seen, theirs[1], sizeof seen);
+    if (!reader.Finish()) {
+      failure = reader.error();
+      break;
+    }
+    if (seen != theirs[2]) failure = "process_vm_readv from rank " + std::to_string(peer) + " read wrong data";
+    if (!failure.empty() || theirs[6] == 0) continue;  // a rank without a buffer reports it itself
+    const uint8_t *mapped = staging.Map(peer, SharedStaging::Descriptor{theirs[3], theirs[4], theirs[5], theirs[6]});
+    if (!mapped) failure = staging.error();
+    else if (std::memcmp(mapped, &theirs[2], sizeof seen) != 0) {
+      failure = "rank " + std::to_string(peer) + "'s shared staging buffer held wrong data";
+    }
   }
-  std::vector<int> failures(size);  // also keeps `mine` alive until every rank has read it
-  MPI_Allgather(&failure, 1, MPI_INT, failures.data(), 1, MPI_INT, comm);
+  // Which ranks failed; also keeps `mine` and the buffers alive until every rank has read them.
+  int failed = failure.empty() ? 0 : 1;
+  std::vector<int> failures(size);
+  MPI_Allgather(&failed, 1, MPI_INT, failures.data(), 1, MPI_INT, comm);
   for (int r = 0; r < size; ++r) {
     if (failures[r] == 0) continue;
-    *why = "rank " + std::to_string(r) + " cannot read its peers' memory (process_vm_readv: " +
-           (failures[r] > 0 ? std::strerror(failures[r]) : "wrong data") + ")";
+    // The first failing rank's reason, the same text on every rank.
+    int length = r == rank ? static_cast<int>(failure.size()) : 0;
+    MPI_Bcast(&length, 1, MPI_INT, r, comm);
+    std::string reason(static_cast<size_t>(length), ' ');
+    if (r == rank) reason = failure;
+    MPI_Bcast(reason.data(), length, MPI_CHAR, r, comm);
+    *why = "rank " + std::to_string(r) + " cannot read its peers' memory (" + reason + ")";
     return false;
   }
   return true;

@@ -35,7 +35,8 @@ class PeerReader {
 };
 
 // Collective over comm, whose ranks all share this host. True on every rank when each could read every
-// other's memory; false on every rank otherwise, with the reason in *why (the same on all ranks).
+// other's memory, with process_vm_readv and through a shared staging buffer (shared_staging.h); false on
+// every rank otherwise, with the reason in *why (the same on all ranks).
 bool CrossMemoryWorks(MPI_Comm comm, std::string *why);
 
 }  // namespace hvdlite
