@@ -76,33 +76,36 @@ bool CrossMemoryWorks(MPI_Comm comm, std::string *why) {
   MPI_Comm_size(comm, &size);
   // Each rank reads a value every other rank published (pid, address, value), then the same value out of
   // every other rank's shared staging buffer (the way fused batches are read), and checks both.
+  struct Record {
+    uint64_t pid, address, value;       // read with process_vm_readv
+    SharedStaging::Descriptor staging;  // holding value too; bytes 0 when it could not be made
+  };
   const uint64_t mine = (static_cast<uint64_t>(getpid()) << 20) ^ 0x5eedULL ^ static_cast<uint64_t>(rank);
   SharedStaging staging;
   uint8_t *shared = staging.Reserve(sizeof mine);
   if (shared) std::memcpy(shared, &mine, sizeof mine);
-  const SharedStaging::Descriptor &d = staging.descriptor();  // bytes 0 when it could not be made
-  const uint64_t published[7] = {static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&mine), mine,
-                                 d.pid, d.fd, d.generation, shared ? d.bytes : 0};
-  std::vector<uint64_t> all(7 * static_cast<size_t>(size));
-  MPI_Allgather(published, 7, MPI_UINT64_T, all.data(), 7, MPI_UINT64_T, comm);
+  const Record published{static_cast<uint64_t>(getpid()), reinterpret_cast<uint64_t>(&mine), mine,
+                         staging.descriptor()};
+  std::vector<Record> all(static_cast<size_t>(size));
+  MPI_Allgather(&published, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, comm);
   std::string failure;  // this rank's, empty when it read everything right
   if (!shared) failure = staging.error();
   PeerReader reader;
   for (int peer = 0; peer < size && failure.empty(); ++peer) {
     if (peer == rank) continue;
-    const uint64_t *theirs = &all[7 * static_cast<size_t>(peer)];
+    const Record &theirs = all[static_cast<size_t>(peer)];
     uint64_t seen = 0;
-    reader.Begin(static_cast<pid_t>(theirs[0]));
-    reader.Add(&seen, theirs[1], sizeof seen);
+    reader.Begin(static_cast<pid_t>(theirs.pid));
+    reader.Add(&seen, theirs.address, sizeof seen);
     if (!reader.Finish()) {
       failure = reader.error();
       break;
     }
-    if (seen != theirs[2]) failure = "process_vm_readv from rank " + std::to_string(peer) + " read wrong data";
-    if (!failure.empty() || theirs[6] == 0) continue;  // a rank without a buffer reports it itself
-    const uint8_t *mapped = staging.Map(peer, SharedStaging::Descriptor{theirs[3], theirs[4], theirs[5], theirs[6]});
+    if (seen != theirs.value) failure = "process_vm_readv from rank " + std::to_string(peer) + " read wrong data";
+    if (!failure.empty() || theirs.staging.bytes == 0) continue;  // a rank without a buffer reports it itself
+    const uint8_t *mapped = staging.Map(peer, theirs.staging);
     if (!mapped) failure = staging.error();
-    else if (std::memcmp(mapped, &theirs[2], sizeof seen) != 0) {
+    else if (std::memcmp(mapped, &theirs.value, sizeof seen) != 0) {
       failure = "rank " + std::to_string(peer) + "'s shared staging buffer held wrong data";
     }
   }

@@ -41,8 +41,8 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
       // The shares peers reduce, each at its own offset; this rank's own share is read in place.
       layout_.Gather(0, begin, /*input=*/true, staged_);
       layout_.Gather(end, count * element - end, /*input=*/true, staged_ + end);
-      mine.staging = staging_.descriptor();
     }
+    mine.staging = staging_.descriptor();  // bytes 0 when Reserve failed: MapPeers reports it everywhere
   } else {
     mine.inputs = reinterpret_cast<uint64_t>(pieces[0].input);
     mine.results = reinterpret_cast<uint64_t>(pieces[0].output);
@@ -53,7 +53,7 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   // Reduce-scatter: output = input (op) every peer's input over this rank's share, a chunk at a time.
   // Peers meanwhile read other shares of this rank's inputs, which nothing here writes.
   const int64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
-  if (static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, end - begin)) {
+  if (!staged && static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, end - begin)) {
     scratch_.resize(std::min(chunk_bytes, end - begin));
   }
   for (int64_t chunk = begin; chunk < end && error.empty(); chunk += chunk_bytes) {

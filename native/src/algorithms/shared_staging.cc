@@ -38,6 +38,7 @@ uint8_t *SharedStaging::Reserve(size_t bytes) {
   if (fd_ >= 0) close(fd_);
   data_ = nullptr;
   fd_ = -1;
+  mine_ = Descriptor{};  // none until the new buffer is made
   const size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
   fd_ = memfd_create("hvdlite-staging", MFD_CLOEXEC);
   if (fd_ < 0) {

@@ -12,7 +12,8 @@ namespace hvdlite {
 
 class SharedStaging {
  public:
-  // What a peer needs to map this rank's buffer; a new generation each time the buffer is replaced.
+  // What a peer needs to map this rank's buffer; a new generation each time the buffer is replaced, bytes 0
+  // while there is none (before the first Reserve, or after one failed).
   struct Descriptor {
     uint64_t pid;
     uint64_t fd;
