@@ -7,7 +7,7 @@ RUN apt-get update \
 
 ENV PIP_NO_CACHE_DIR=1 OMP_NUM_THREADS=1
 # MPI first (the mpich wheel brings mpicxx and mpiexec), frameworks next (CPU-only torch from its own index).
-RUN pip install mpich mpi4py \
+RUN pip install mpich mpi4py numpy \
     && pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
     && pip install tensorflow-cpu
 

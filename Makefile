@@ -42,7 +42,7 @@ $(PYTHON):
 	python3 -m venv $(VENV)
 
 $(STAMPS)/mpi: | $(PYTHON)
-	$(PIP) install mpi4py mpich setuptools wheel cffi
+	$(PIP) install mpi4py mpich setuptools wheel cffi numpy
 	@mkdir -p $(STAMPS) && touch $@
 
 # This exact pin resolves to a local CPU-only wheel; an unpinned torch would pull gigabytes of CUDA.

@@ -207,11 +207,22 @@ def _replace_file(source, target):
     os.replace(partial, target)
 
 
-# The per-tensor calls (submit, wait, release) as a CPython extension: C, Python.h and the core's header only,
-# linked against the core beside it.
-HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c"],
+# The per-tensor calls (submit, wait, release, and the NumPy all-reduces) as a CPython extension: C with Python.h,
+# NumPy's C API and the core's header, linked against the core beside it.
+HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c", "native/python/array_collectives.c"],
                     include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
+                    depends=["native/python/hotpath.h", "native/include/hvdlite.h"],
                     extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])
+
+
+def numpy_include():
+    """NumPy's C headers (the NumPy all-reduces of the hot-path extension use its C API)."""
+    try:
+        import numpy
+    except ImportError:
+        raise NativeBuildError("cannot build hvdlite._hotpath: NumPy is not installed in the building Python.\n"
+                               "  Fix: pip install numpy (or build with build isolation, which installs it).")
+    return numpy.get_include()
 
 
 class NativeLibrary(Extension):
@@ -247,6 +258,7 @@ class BuildNative(build_ext):
                                        f"of your Python).")
             # Link against the core just built (build_extension runs in ext_modules order: the core first).
             ext.library_dirs = [os.path.dirname(self.get_ext_fullpath("hvdlite.libhvdlite_core"))]
+            ext.include_dirs = ext.include_dirs + [numpy_include()]
             super().build_extension(ext)
 
 

@@ -3,21 +3,24 @@
 Async variants return an integer handle; ``synchronize(handle)`` returns the result (or raises) and
 frees the handle; ``poll(handle)`` tells whether it finished.
 """
-import itertools
 import pickle
 import warnings
 
+import ml_dtypes
 import numpy as np
 
+from . import _hotpath
 from .basics import _require_init
 from .process_sets import global_process_set
-from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, cached, dtype_name,
+from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, dtype_name, remember,
                        run, submit)
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_REDUCE_OPS = frozenset((Average, Sum, Min, Max, Product))
 
-_pending = {}  # int handle -> (Handle, function turning it into the result)
-_handle_ids = itertools.count(1)
+# int handle -> (Handle or GroupHandle, the result: an array, or a function of the finished handle). Filled by
+# _track and by the all-reduces in C (native/python/array_collectives.c), which count the ids.
+_pending = {}
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -42,6 +45,8 @@ def check_op(op):
 
 
 def resolve_op(op, average):
+    if average is None and op in _REDUCE_OPS:  # the common case, first: this runs once per tensor
+        return op
     return check_op(handle_average_backwards_compatibility(op, average))
 
 
@@ -50,15 +55,22 @@ def reducescatter_rows(dim0, set_size, set_rank):
     return dim0 // set_size + (1 if set_rank < dim0 % set_size else 0)
 
 
+def _contiguous(tensor):
+    """tensor as a C-contiguous array in native byte order (the core reads native numbers; a byte-swapped
+    array is converted, not summed as garbage)."""
+    array = np.ascontiguousarray(tensor)
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
 def _submitted(request_and_finish):
     request, finish = request_and_finish
     return submit(request), finish
 
 
-def _track(handle, finish):
-    handle_id = next(_handle_ids)
-    _pending[handle_id] = (handle, finish)
-    return handle_id
+def _track(handle, result):
+    """A new int handle for a submitted request; result is its output array, or a function of the finished
+    handle that makes it."""
+    return _hotpath.track(handle, result)
 
 
 def poll(handle_id):
@@ -66,14 +78,9 @@ def poll(handle_id):
     return _pending[handle_id][0].poll()
 
 
-def synchronize(handle_id):
-    """Waits for handle_id and returns its result; raises HvdliteError if the collective failed."""
-    handle, finish = _pending.pop(handle_id)
-    try:
-        handle.wait()
-        return finish(handle)
-    finally:
-        handle.release()
+# synchronize(handle_id): waits for handle_id and returns its result; raises HvdliteError if the collective failed
+# (KeyError for a handle already synchronized). In C: a training step makes it once per tensor.
+synchronize = _hotpath.synchronize
 
 
 def _run(request, finish):
@@ -90,74 +97,73 @@ def _core_output(handle, dtype):
     return handle.output_buffer().view(dtype).reshape(shape).copy()
 
 
-# Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once
-# and resubmitted with each call's arrays (bounded: see requests.cached).
+# Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
+# by name, and resubmitted from C with each call's arrays (native/python/array_collectives.c). Bounded: see
+# requests.cached.
 _PREPARED_REQUESTS = {}
 
 
-def _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
-    """(PreparedRequest, input array, new output array) of an all-reduce; the request is cached for a named
-    tensor, made afresh for an unnamed one."""
-    array = np.ascontiguousarray(tensor)
-    output = np.empty_like(array)
-
-    def make():
-        return PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
+def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    """(PreparedRequest, contiguous array) for an all-reduce the C path has no matching request for; a named one
+    is kept for the next calls. Raises for what the request cannot be."""
+    _require_init()
+    array = _contiguous(tensor)
+    prepared = PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
-    if not name:
-        return make(), array, output
-    key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor, array.dtype, array.shape)
-    return cached(_PREPARED_REQUESTS, key, make), array, output
+    if name:
+        remember(_PREPARED_REQUESTS, name, prepared)  # replaces a request of another dtype or shape
+    return prepared, array
+
+
+_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    _require_init()
-    op = resolve_op(op, average)
-    prepared, array, output = _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    return _track(prepared.submit(array, output, (array, output)), lambda handle: output)
+    return _hotpath.allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor,
+                                    process_set, False)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Reduces tensor over all ranks of the process set; returns a new array."""
-    _require_init()
-    op = resolve_op(op, average)
-    prepared, array, output = _prepared_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    prepared.run(array, output, (array, output)).release()
-    return output
+    return _hotpath.allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor,
+                                    process_set, True)
 
 
-# Prepared groups of named grouped all-reduces: a training loop submits the same names, dtypes and shapes
-# every step, so their C requests are filled once (bounded: cleared when full).
+# Prepared groups of named grouped all-reduces, by name: a training loop submits the same names, dtypes and
+# shapes every step, so their C requests are filled once (bounded: cleared when full); C checks that each call's
+# arrays still match them.
 _PREPARED_GROUPS = {}
 _PREPARED_GROUPS_LIMIT = 256
 
 
-def _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
-    def make():
-        base = name or auto_name("grouped_allreduce", process_set)
-        return PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
+def _prepare_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
+    base = name or auto_name("grouped_allreduce", process_set)
+    prepared = PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
                                       op, prescale_factor, postscale_factor, process_set=process_set)
                               for i, a in enumerate(arrays)])
-    if not name:
-        return make()
-    key = (name, process_set.process_set_id, op, prescale_factor, postscale_factor,
-           tuple((a.dtype, a.shape) for a in arrays))
-    return cached(_PREPARED_GROUPS, key, make, _PREPARED_GROUPS_LIMIT)
+    if name:
+        remember(_PREPARED_GROUPS, name, prepared, _PREPARED_GROUPS_LIMIT)  # replaces other dtypes or shapes
+    return prepared
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    arrays = [np.ascontiguousarray(t) for t in tensors]
-    outputs = [np.empty_like(a) for a in arrays]
-    prepared = _prepared_group(name, arrays, op, prescale_factor, postscale_factor, process_set)
-    group = prepared.submit(arrays, outputs, (arrays, outputs))
+    scales = (op, prescale_factor, postscale_factor, process_set)
+    prepared = _PREPARED_GROUPS.get(name) if name else None
+    outputs = None if prepared is None else prepared.point_arrays(tensors, *scales)
+    if outputs is None:  # a new group, other shapes or dtypes, or arrays that are not contiguous NumPy arrays
+        tensors = [_contiguous(t) for t in tensors]
+        prepared = _prepare_group(name, tensors, *scales)
+        outputs = prepared.point_arrays(tensors, *scales)
+        if outputs is None:
+            raise TypeError(f"grouped all-reduce '{name}': the arrays do not match the requests made of them")
     # One int handle for the group, as in Horovod: synchronize returns the list.
-    return _track(group, lambda group: outputs)
+    return _track(prepared.submit(keepalive=(tensors, outputs)), outputs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -168,7 +174,7 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
 
 def _allgather_request(tensor, name, process_set):
     _require_init()
-    array = np.ascontiguousarray(tensor)
+    array = _contiguous(tensor)
     if array.ndim == 0:
         array = array.reshape(1)
     request = Request(Collective.ALLGATHER, name or auto_name("allgather", process_set), dtype_name(array.dtype),
@@ -187,7 +193,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def _broadcast_request(tensor, root_rank, name, process_set):
     _require_init()
-    array = np.ascontiguousarray(tensor)
+    array = _contiguous(tensor)
     output = np.empty_like(array)
     request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array.dtype),
                       array.shape, address(array), address(output), root_rank=root_rank, process_set=process_set,
@@ -206,7 +212,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _alltoall_request(tensor, splits, name, process_set):
     _require_init()
-    array = np.ascontiguousarray(tensor)
+    array = _contiguous(tensor)
     request = Request(Collective.ALLTOALL, name or auto_name("alltoall", process_set), dtype_name(array.dtype),
                       array.shape, address(array), 0,
                       splits=None if splits is None else list(np.asarray(splits).ravel()),
@@ -230,7 +236,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_request(tensor, name, op, process_set, prescale_factor, postscale_factor):
     _require_init()
     op = resolve_op(op, None)
-    array = np.ascontiguousarray(tensor)
+    array = _contiguous(tensor)
     if array.ndim == 0:
         raise ValueError("reducescatter needs a tensor with at least one dimension")
     rows = reducescatter_rows(array.shape[0], process_set.size(), process_set.rank())

@@ -132,10 +132,14 @@ def cached(cache, key, make, limit=_CACHE_LIMIT):
     """cache[key], made by make() when missing. Bounded by emptying it when full: the keys of a training
     loop repeat, so it refills with what is in use."""
     value = cache.get(key)
-    if value is None:
-        if len(cache) >= limit:
-            cache.clear()
-        value = cache[key] = make()
+    return value if value is not None else remember(cache, key, make(), limit)
+
+
+def remember(cache, key, value, limit=_CACHE_LIMIT):
+    """Sets cache[key] = value (emptying the cache first when it is full, as cached does); returns value."""
+    if len(cache) >= limit and key not in cache:
+        cache.clear()
+    cache[key] = value
     return value
 
 
@@ -324,6 +328,13 @@ class PreparedGroup:
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
         self._address = _address(self._c)
+
+    def point_arrays(self, arrays, op, prescale_factor, postscale_factor, process_set):
+        """Points the members at arrays (NumPy, C-contiguous, one per member) and at new output arrays, which
+        it returns; None, pointing nothing that matters, when the arrays or the all-reduce arguments are not
+        what the members were prepared with. One C call."""
+        return _hotpath.point_arrays(self._address, self._count, arrays, op, prescale_factor, postscale_factor,
+                                     process_set)
 
     def submit(self, inputs=None, outputs=None, keepalive=None):
         """Submits every member; inputs and outputs, if given, hold one buffer per member (integer addresses

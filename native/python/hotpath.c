@@ -9,30 +9,18 @@
  * It links against libhvdlite_core.so (found beside it) and includes only Python.h and the core's C header:
  * it knows nothing of any framework; adapters hand it integer addresses.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "hotpath.h"
+
 #include <structmember.h>
 
-#include "hvdlite.h"
-
-#define ERROR_BYTES 4096
-#define RELEASED (-1)
-
-typedef struct {
-  PyObject_HEAD
-  hvdlite_handle id;   /* RELEASED once given back to the core */
-  PyObject *keepalive; /* what holds the memory the core reads and writes until release */
-  PyObject *name;      /* the request's name, for error messages */
-} CoreHandle;
-
-static PyTypeObject CoreHandleType;
+PyTypeObject CoreHandleType;
 static PyTypeObject *handle_type = &CoreHandleType; /* the Python subclass, once set_handle_type ran */
-static PyObject *hvdlite_error;                      /* hvdlite.errors.HvdliteError */
+PyObject *hvdlite_error;
 /* (id, keepalive) of handles dropped before their collective finished: the core still writes into the
  * keepalive's memory, so it lives until the collective is done (swept on later submissions). */
 static PyObject *orphans;
 
-static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
+PyObject *error_from_buffer(PyObject *type, const char *buffer) {
   PyObject *message = PyUnicode_DecodeUTF8(buffer, (Py_ssize_t)strlen(buffer), "replace");
   if (message != NULL) {
     PyErr_SetObject(type, message);
@@ -41,14 +29,14 @@ static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
   return NULL;
 }
 
-static PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
+PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
   char buffer[ERROR_BYTES];
   if (hvdlite_handle_error(id, buffer, ERROR_BYTES) > 0) return error_from_buffer(hvdlite_error, buffer);
   PyErr_Format(hvdlite_error, "request '%S' failed", name);
   return NULL;
 }
 
-static PyObject *raise_released(CoreHandle *self) {
+PyObject *raise_released(CoreHandle *self) {
   PyErr_Format(hvdlite_error, "the handle of '%S' was already released", self->name);
   return NULL;
 }
@@ -69,7 +57,7 @@ static void sweep_orphans(void) {
 }
 
 /* Makes handle stand for the core's request id, keeping keepalive until release. */
-static void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name) {
+void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name) {
   handle->id = id;
   Py_INCREF(keepalive);
   handle->keepalive = keepalive;
@@ -113,7 +101,7 @@ static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
 
 /* hvdlite_wait_all, letting go of the GIL only when something is still pending (a finished wait returns at
  * once, and handing the GIL over costs more than it). */
-static int wait_for(const hvdlite_handle *ids, int32_t count) {
+int wait_for(const hvdlite_handle *ids, int32_t count) {
   if (hvdlite_all_done(ids, count)) return hvdlite_wait_all(ids, count);
   int code;
   Py_BEGIN_ALLOW_THREADS
@@ -133,7 +121,7 @@ static PyObject *handle_raise_error(CoreHandle *self, PyObject *unused) {
   return raise_handle_error(self->id, self->name);
 }
 
-static void release_one(CoreHandle *self) {
+void release_one(CoreHandle *self) {
   if (self->id == RELEASED) return;
   hvdlite_release(self->id);
   self->id = RELEASED;
@@ -167,7 +155,7 @@ static PyMemberDef handle_members[] = {
     {"name", T_OBJECT, offsetof(CoreHandle, name), READONLY, "The request's name."},
     {NULL, 0, 0, 0, NULL}};
 
-static PyTypeObject CoreHandleType = {
+PyTypeObject CoreHandleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "hvdlite._hotpath.CoreHandle",
     .tp_doc = "One submitted request: wait (or poll), read the output, then release.",
@@ -196,7 +184,7 @@ static void *address_of(PyObject *value, int writable) {
 
 /* A handle not yet standing for a request, of the class set by set_handle_type; made before the request is
  * enqueued, so that no request is ever left in the core without one. */
-static CoreHandle *new_handle(void) {
+CoreHandle *new_handle(void) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
   CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0);
   if (handle != NULL) handle->id = RELEASED;
@@ -204,7 +192,7 @@ static CoreHandle *new_handle(void) {
 }
 
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
-static PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
+PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
   char error[ERROR_BYTES];
@@ -216,6 +204,32 @@ static PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, Py
   }
   adopt(handle, id, keepalive, name);
   return (PyObject *)handle;
+}
+
+/* hvdlite_run without the GIL: 0 done or 1 failed (*id is the finished request's handle, to release), or -1
+ * refused (raised as ValueError or HvdliteError, no handle). */
+static int run_without_gil(const hvdlite_request *request, hvdlite_handle *id) {
+  char error[ERROR_BYTES];
+  error[0] = '\0';
+  *id = RELEASED;
+  int code;
+  Py_BEGIN_ALLOW_THREADS
+  code = hvdlite_run(request, id, error, ERROR_BYTES);
+  Py_END_ALLOW_THREADS
+  if (code < 0) {
+    error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+    return -1;
+  }
+  return code;
+}
+
+int run_request(const hvdlite_request *request, PyObject *name) {
+  hvdlite_handle id;
+  const int code = run_without_gil(request, &id);
+  if (code < 0) return -1;
+  if (code != 0) raise_handle_error(id, name);
+  hvdlite_release(id);
+  return code;
 }
 
 static int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected) {
@@ -272,16 +286,11 @@ static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t
   if (check_arguments("run", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
-  char error[ERROR_BYTES];
-  error[0] = '\0';
-  hvdlite_handle id = RELEASED;
-  int code;
-  Py_BEGIN_ALLOW_THREADS
-  code = hvdlite_run(&request, &id, error, ERROR_BYTES);
-  Py_END_ALLOW_THREADS
+  hvdlite_handle id;
+  const int code = run_without_gil(&request, &id);
   if (code < 0) {
     Py_DECREF(handle);
-    return error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+    return NULL;
   }
   adopt(handle, id, args[3], args[4]);
   if (code != 0) {
@@ -470,8 +479,13 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   if (hvdlite_error == NULL) return NULL;
   orphans = PyList_New(0);
   if (orphans == NULL) return NULL;
+  if (array_collectives_ready() != 0) return NULL;
   PyObject *module = PyModule_Create(&hotpath_module);
   if (module == NULL) return NULL;
+  if (PyModule_AddFunctions(module, array_collective_functions) != 0) {
+    Py_DECREF(module);
+    return NULL;
+  }
   Py_INCREF(&CoreHandleType);
   if (PyModule_AddObject(module, "CoreHandle", (PyObject *)&CoreHandleType) < 0) {
     Py_DECREF(&CoreHandleType);

@@ -1,0 +1,324 @@
+/* hvdlite._hotpath, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce / synchronize and of
+ * grouped_allreduce_async on NumPy arrays, in C.
+ *
+ * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name. When an
+ * array matches its name's request (same dtype, shape, op, scale factors, process set; C-contiguous, native
+ * byte order), the call is a dictionary lookup, a new output array and one enqueue: no Python runs. Anything
+ * else (a new name, another shape, no name, a list, a 0-d or strided array) goes to ops.py's prepare function,
+ * which checks the arguments, raises what is wrong, and caches the new request.
+ *
+ * The int handles of the NumPy API live in ops.py's pending dict, filled here and by ops.py (track):
+ * handle id -> (handle, result). The result is the output array, or a function of the handle for collectives
+ * whose output is known only when they finish.
+ */
+#include "hotpath.h"
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set) -> (prepared, array) */
+static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> PreparedRequest */
+static PyObject *pending;           /* ops._pending: handle id -> (handle, result or finish function) */
+static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
+static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
+static long long last_handle_id;
+static PyObject *address_attribute, *name_attribute, *set_id_attribute, *wait_name, *release_name;
+
+/* What every member of a call must have been prepared with. */
+typedef struct {
+  int op;
+  double prescale_factor, postscale_factor;
+  int process_set_id;
+} Signature;
+
+/* The signature of (op, prescale, postscale, process_set) arguments; 0 when one is not what a prepared request
+ * holds (not a number, a process set not added): then Python decides, and raises what it must. */
+static int signature_of(PyObject *const *args, Signature *signature) {
+  PyObject *set_id = PyObject_GetAttr(args[3], set_id_attribute);
+  signature->op = (int)PyLong_AsLong(args[0]);
+  signature->prescale_factor = PyFloat_AsDouble(args[1]);
+  signature->postscale_factor = PyFloat_AsDouble(args[2]);
+  signature->process_set_id = set_id != NULL && PyLong_Check(set_id) ? (int)PyLong_AsLong(set_id) : -1;
+  Py_XDECREF(set_id);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return signature->process_set_id >= 0;
+}
+
+/* The core's dtype of an array, or -1 for one left to Python (not supported, byte-swapped). */
+static int core_dtype(PyArrayObject *array) {
+  if (!PyArray_ISNOTSWAPPED(array)) return -1;
+  switch (PyArray_TYPE(array)) {
+    case NPY_BOOL: return HVDLITE_BOOL;
+    case NPY_UBYTE: return HVDLITE_UINT8;
+    case NPY_BYTE: return HVDLITE_INT8;
+    case NPY_SHORT: return HVDLITE_INT16;
+    case NPY_INT: return sizeof(int) == 4 ? HVDLITE_INT32 : -1;
+    case NPY_LONG: return sizeof(long) == 8 ? HVDLITE_INT64 : HVDLITE_INT32;
+    case NPY_LONGLONG: return HVDLITE_INT64;
+    case NPY_HALF: return HVDLITE_FLOAT16;
+    case NPY_FLOAT: return HVDLITE_FLOAT32;
+    case NPY_DOUBLE: return HVDLITE_FLOAT64;
+  }
+  return PyArray_TYPE(array) == bfloat16_type ? HVDLITE_BFLOAT16 : -1;
+}
+
+/* True when the object is an array the core can read in place as the all-reduce request describes. */
+static int matches(PyObject *object, const hvdlite_request *request, const Signature *signature) {
+  if (!PyArray_Check(object)) return 0;
+  PyArrayObject *array = (PyArrayObject *)object;
+  if (!PyArray_IS_C_CONTIGUOUS(array) || request->collective != HVDLITE_ALLREDUCE ||
+      request->reduce_op != signature->op || request->prescale_factor != signature->prescale_factor ||
+      request->postscale_factor != signature->postscale_factor ||
+      request->process_set_id != signature->process_set_id || request->ndim != PyArray_NDIM(array) ||
+      request->ndim == 0 || request->dtype != core_dtype(array)) {
+    return 0;
+  }
+  const npy_intp *dims = PyArray_DIMS(array);
+  for (int i = 0; i < request->ndim; ++i) {
+    if (request->shape[i] != dims[i]) return 0;
+  }
+  return 1;
+}
+
+/* The C request of a PreparedRequest (or the first of a PreparedGroup), or NULL with an error set. */
+static hvdlite_request *request_of(PyObject *prepared) {
+  PyObject *address = PyObject_GetAttr(prepared, address_attribute);
+  if (address == NULL) return NULL;
+  hvdlite_request *request = (hvdlite_request *)PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  if (request == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a prepared request at NULL");
+  return request;
+}
+
+/* The cached prepared request of name when tensor matches it (a new reference in *prepared), else NULL (with
+ * an error set only when something failed, not for a mere miss). */
+static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, const Signature *signature,
+                                             PyObject **prepared) {
+  *prepared = NULL;
+  if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
+  PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
+  if (found == NULL) return NULL;
+  const hvdlite_request *request = request_of(found);
+  if (request == NULL || !matches(tensor, request, signature)) return NULL;
+  *prepared = Py_NewRef(found);
+  return request;
+}
+
+/* 0 once ops.py has called configure_arrays, else -1 with an error set. */
+static int check_configured(void) {
+  if (pending != NULL) return 0;
+  PyErr_SetString(PyExc_RuntimeError, "hvdlite._hotpath: configure_arrays was not called (import hvdlite.ops)");
+  return -1;
+}
+
+/* A new handle id in the pending dict for entry (handle, result); the id as a Python int. */
+static PyObject *track_entry(PyObject *entry) {
+  PyObject *key = PyLong_FromLongLong(++last_handle_id);
+  if (key != NULL && PyDict_SetItem(pending, key, entry) != 0) Py_CLEAR(key);
+  return key;
+}
+
+/* allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, wait): the all-reduce of
+ * one array into a new array of its shape. wait false: enqueued, returns its int handle (see synchronize);
+ * true: returns the result. */
+static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 7) return PyErr_Format(PyExc_TypeError, "allreduce_array takes 7 arguments (%zd given)", nargs);
+  const int wait = PyObject_IsTrue(args[6]);
+  if (wait < 0 || check_configured() != 0) return NULL;
+  if (!hvdlite_is_initialized()) {
+    PyObject *ok = PyObject_CallNoArgs(require_init);  /* raises ValueError */
+    if (ok == NULL) return NULL;
+    Py_DECREF(ok);
+  }
+  Signature signature;
+  PyObject *prepared = NULL, *array = args[0], *result = NULL;
+  const hvdlite_request *request =
+      signature_of(args + 2, &signature) ? cached_request(args[0], args[1], &signature, &prepared) : NULL;
+  if (request == NULL) {
+    if (PyErr_Occurred()) return NULL;
+    PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
+    if (made == NULL) return NULL;
+    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2 || !PyArray_Check(PyTuple_GET_ITEM(made, 1))) {
+      Py_DECREF(made);
+      return PyErr_Format(PyExc_TypeError, "prepare must return (PreparedRequest, array)");
+    }
+    prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
+    array = PyTuple_GET_ITEM(made, 1);
+    Py_INCREF(array);
+    Py_DECREF(made);
+    request = request_of(prepared);
+    if (request == NULL) {
+      Py_DECREF(array);
+      Py_DECREF(prepared);
+      return NULL;
+    }
+  } else {
+    Py_INCREF(array);
+  }
+  PyObject *name = PyUnicode_Check(args[1]) && PyUnicode_GET_LENGTH(args[1]) > 0
+                       ? Py_NewRef(args[1]) : PyObject_GetAttr(prepared, name_attribute);
+  PyObject *output = name ? PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1) : NULL;
+  if (output != NULL) {
+    hvdlite_request filled = *request;
+    filled.input = PyArray_DATA((PyArrayObject *)array);
+    filled.output = PyArray_DATA((PyArrayObject *)output);
+    if (wait) {
+      if (run_request(&filled, name) == 0) result = Py_NewRef(output);
+    } else {
+      PyObject *keepalive = PyTuple_Pack(2, array, output);
+      PyObject *handle = keepalive ? enqueue(&filled, keepalive, name) : NULL;
+      PyObject *entry = handle ? PyTuple_Pack(2, handle, output) : NULL;
+      result = entry ? track_entry(entry) : NULL;
+      Py_XDECREF(keepalive);
+      Py_XDECREF(handle);
+      Py_XDECREF(entry);
+    }
+  }
+  Py_XDECREF(output);
+  Py_XDECREF(name);
+  Py_DECREF(array);
+  Py_DECREF(prepared);
+  return result;
+}
+
+/* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set): points the
+ * count filled all-reduce requests at the arrays (one each) and at new output arrays of their shapes; returns
+ * the outputs, or None (nothing pointed that matters) when an array does not match its request. */
+static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 7) return PyErr_Format(PyExc_TypeError, "point_arrays takes 7 arguments (%zd given)", nargs);
+  hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  const Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  Signature signature;
+  if (requests == NULL || !signature_of(args + 3, &signature)) Py_RETURN_NONE;
+  PyObject *arrays = PySequence_Fast(args[2], "point_arrays: arrays must be a sequence");
+  if (arrays == NULL) return NULL;
+  PyObject *outputs = NULL;
+  if (PySequence_Fast_GET_SIZE(arrays) == count) outputs = PyList_New(count);
+  for (Py_ssize_t i = 0; outputs != NULL && i < count; ++i) {
+    PyObject *array = PySequence_Fast_GET_ITEM(arrays, i);
+    if (!matches(array, &requests[i], &signature)) {
+      Py_CLEAR(outputs);
+      break;
+    }
+    PyObject *output = PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1);
+    if (output == NULL) {
+      Py_CLEAR(outputs);
+      Py_DECREF(arrays);
+      return NULL;
+    }
+    PyList_SET_ITEM(outputs, i, output);
+    requests[i].input = PyArray_DATA((PyArrayObject *)array);
+    requests[i].output = PyArray_DATA((PyArrayObject *)output);
+  }
+  Py_DECREF(arrays);
+  if (outputs == NULL && PyErr_Occurred()) return NULL;
+  return outputs != NULL ? outputs : Py_NewRef(Py_None);
+}
+
+/* track(handle, result): a new int handle for a submitted request (see the top of this file). */
+static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "track takes 2 arguments (%zd given)", nargs);
+  if (check_configured() != 0) return NULL;
+  PyObject *entry = PyTuple_Pack(2, args[0], args[1]);
+  if (entry == NULL) return NULL;
+  PyObject *key = track_entry(entry);
+  Py_DECREF(entry);
+  return key;
+}
+
+/* Calls handle.method() on a handle that is not a CoreHandle (a GroupHandle); 0, or -1 with an error set. */
+static int call_method(PyObject *handle, PyObject *method) {
+  PyObject *returned = PyObject_CallMethodNoArgs(handle, method);
+  Py_XDECREF(returned);
+  return returned != NULL ? 0 : -1;
+}
+
+/* synchronize(handle_id): waits for the request behind an int handle, forgets the handle and returns the
+ * result; raises KeyError for an unknown handle and HvdliteError when the collective failed. */
+static PyObject *synchronize(PyObject *module, PyObject *key) {
+  if (check_configured() != 0) return NULL;
+  PyObject *entry = PyDict_GetItemWithError(pending, key);
+  if (entry == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+    return NULL;
+  }
+  Py_INCREF(entry);
+  if (PyDict_DelItem(pending, key) != 0) {
+    Py_DECREF(entry);
+    return NULL;
+  }
+  PyObject *handle = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1);
+  const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
+  int waited;
+  if (is_core_handle) {
+    CoreHandle *core_handle = (CoreHandle *)handle;
+    if (core_handle->id == RELEASED) {
+      raise_released(core_handle);
+      waited = -1;
+    } else {
+      waited = wait_for(&core_handle->id, 1) == 0 ? 0 : -1;
+      if (waited != 0) raise_handle_error(core_handle->id, core_handle->name);
+    }
+  } else {
+    waited = call_method(handle, wait_name);
+  }
+  PyObject *value = NULL;
+  if (waited == 0) value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
+  /* Released whatever happened, keeping the error raised so far. */
+  if (is_core_handle) {
+    release_one((CoreHandle *)handle);
+  } else {
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    if (call_method(handle, release_name) != 0 && type != NULL) PyErr_Clear();
+    if (type != NULL) PyErr_Restore(type, error, traceback);
+    if (PyErr_Occurred()) Py_CLEAR(value);
+  }
+  Py_DECREF(entry);
+  return value;
+}
+
+/* configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype): what ops.py lends. */
+static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 5) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 5 arguments (%zd given)", nargs);
+  if (!PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+    return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests and pending must be dicts");
+  }
+  PyArray_Descr *bfloat16 = NULL;
+  if (!PyArray_DescrConverter(args[4], &bfloat16)) return NULL;
+  bfloat16_type = bfloat16->type_num;
+  Py_DECREF(bfloat16);
+  Py_XSETREF(prepare_allreduce, Py_NewRef(args[0]));
+  Py_XSETREF(prepared_requests, Py_NewRef(args[1]));
+  Py_XSETREF(pending, Py_NewRef(args[2]));
+  Py_XSETREF(require_init, Py_NewRef(args[3]));
+  Py_RETURN_NONE;
+}
+
+#define FASTCALL(function) (PyCFunction)(void (*)(void))(function), METH_FASTCALL
+
+PyMethodDef array_collective_functions[] = {
+    {"allreduce_array", FASTCALL(allreduce_array),
+     "allreduce_array(tensor, name, op, prescale, postscale, process_set, wait) -> int handle, or the result"},
+    {"point_arrays", FASTCALL(point_arrays),
+     "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set) -> outputs or None"},
+    {"track", FASTCALL(track), "track(handle, result) -> int handle"},
+    {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
+    {"configure_arrays", FASTCALL(configure_arrays),
+     "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype)"},
+    {NULL, NULL, 0, NULL}};
+
+int array_collectives_ready(void) {
+  if (_import_array() < 0) return -1;
+  address_attribute = PyUnicode_InternFromString("_address");
+  name_attribute = PyUnicode_InternFromString("name");
+  set_id_attribute = PyUnicode_InternFromString("process_set_id");
+  wait_name = PyUnicode_InternFromString("wait");
+  release_name = PyUnicode_InternFromString("release");
+  if (!address_attribute || !name_attribute || !set_id_attribute || !wait_name || !release_name) return -1;
+  return 0;
+}

@@ -1,0 +1,41 @@
+/* What the two files of hvdlite._hotpath share: the handle type and the calls that make, wait for and release
+ * handles (hotpath.c), used by the NumPy collectives (array_collectives.c). Internal to the extension. */
+#pragma once
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "hvdlite.h"
+
+#define ERROR_BYTES 4096
+#define RELEASED (-1)
+#define HOTPATH_INTERNAL __attribute__((visibility("hidden")))
+
+typedef struct {
+  PyObject_HEAD
+  hvdlite_handle id;   /* RELEASED once given back to the core */
+  PyObject *keepalive; /* what holds the memory the core reads and writes until release */
+  PyObject *name;      /* the request's name, for error messages */
+} CoreHandle;
+
+HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
+HOTPATH_INTERNAL extern PyObject *hvdlite_error; /* hvdlite.errors.HvdliteError */
+
+/* Sets type (ValueError, HvdliteError) with the core's message in buffer; returns NULL. */
+HOTPATH_INTERNAL PyObject *error_from_buffer(PyObject *type, const char *buffer);
+/* Raises the failed request's HvdliteError; returns NULL. */
+HOTPATH_INTERNAL PyObject *raise_handle_error(hvdlite_handle id, PyObject *name);
+HOTPATH_INTERNAL PyObject *raise_released(CoreHandle *handle);
+/* A handle not yet standing for a request; adopt makes it stand for id, keeping keepalive until release. */
+HOTPATH_INTERNAL CoreHandle *new_handle(void);
+HOTPATH_INTERNAL void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name);
+/* hvdlite_wait_all, without the GIL while something is pending. */
+HOTPATH_INTERNAL int wait_for(const hvdlite_handle *ids, int32_t count);
+HOTPATH_INTERNAL void release_one(CoreHandle *handle);
+/* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
+HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
+/* hvdlite_run without the GIL: 0 done, 1 failed (the error is raised, the handle released), -1 refused (raised). */
+HOTPATH_INTERNAL int run_request(const hvdlite_request *request, PyObject *name);
+
+/* array_collectives.c: its module functions, and its set-up at import (0, or -1 with an error set). */
+HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
+HOTPATH_INTERNAL int array_collectives_ready(void);

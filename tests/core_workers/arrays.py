@@ -1,0 +1,211 @@
+"""The NumPy all-reduces made in C (native/python/array_collectives.c), on real MPI ranks: every dtype and the
+array layouts the C path hands to Python (strided, Fortran order, 0-d, lists, byte-swapped), names whose dtype,
+shape, op, scale factors or process set change between calls, int handles (poll, synchronize twice, many in
+flight), errors on every rank (shapes that disagree, unsupported dtypes), grouped all-reduces whose members
+change, references that must not leak, and calls after shutdown. Every result is checked against a float64
+reference.
+
+Prints 'WORKER OK' per rank on success.
+"""
+import sys
+
+import numpy as np
+
+import hvdlite as hvd
+from hvdlite import ops
+from reference import DTYPES, check_close, rank_input, reduce_reference
+
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+
+
+def expect_error(kind, words, call):
+    try:
+        call()
+    except kind as error:
+        missing = [w for w in words if w not in str(error)]
+        assert not missing, f"{kind.__name__} {error!r} does not mention {missing}"
+        return
+    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
+
+
+def reference(dtype, shape, op, size, seed, prescale=1.0, postscale=1.0):
+    inputs = [rank_input(dtype, shape, r, op, seed) for r in range(size)]
+    return reduce_reference(inputs, op, prescale, postscale)
+
+
+def check_every_dtype_and_op(rank, size):
+    # Each call twice with one name: the first prepares the request, the second runs from C with it.
+    for dtype in DTYPES:
+        for op in OPS:
+            for call in range(2):
+                seed = (dtype, op, call)
+                name = f"arrays.{dtype}.{op}"
+                x = rank_input(dtype, (3, 4), rank, op, seed)
+                got = (hvd.allreduce(x, name=name, op=OPS[op]) if call == 0 else
+                       hvd.synchronize(hvd.allreduce_async(x, name=name + ".async", op=OPS[op])))
+                assert got.dtype == x.dtype and got.shape == x.shape, (name, got.dtype, got.shape)
+                check_close(name, got, reference(dtype, (3, 4), op, size, seed), dtype, f"call {call}")
+    # bool is carried by allgather, broadcast and alltoall, not reduced: refused on every rank, naming it.
+    for call in range(2):
+        expect_error(ValueError, ["arrays.bool", "bool"],
+                     lambda: hvd.allreduce(np.ones(3, bool), name="arrays.bool", op=hvd.Sum))
+    # int64 spelled as C long long ('q') and as C long ('l'): both are the core's int64.
+    for code in ("q", "l"):
+        x = rank_input("int64", (5,), rank, "sum", code).astype(code)
+        got = hvd.allreduce(x, name=f"arrays.int64.{code}", op=hvd.Sum)
+        check_close(f"int64 '{code}'", got, reference("int64", (5,), "sum", size, code), "int64", "")
+
+
+def check_layouts(rank, size):
+    # What C leaves to Python: each must come back right, in the input's logical shape.
+    base = rank_input("float32", (6, 8), rank, "sum", "layouts")
+    expected = reference("float32", (6, 8), "sum", size, "layouts")
+    cases = {
+        "strided": (base[:, ::2], expected[:, ::2]),
+        "fortran": (np.asfortranarray(base), expected),
+        "transposed": (base.T, expected.T),
+        "list": (base.tolist(), expected),
+        "byteswapped": (base.astype(">f4"), expected),
+        "scalar": (base[0, 0], expected[0, :1]),
+    }
+    for step in range(2):  # twice: the second call finds the name prepared
+        for label, (x, want) in cases.items():
+            got = hvd.synchronize(hvd.allreduce_async(x, name=f"arrays.layout.{label}", op=hvd.Sum))
+            check_close(f"arrays.layout.{label}", got, want.reshape(got.shape), "float32", f"step {step}")
+            assert got.shape == np.shape(want) or label == "scalar", (label, got.shape)
+            assert got.dtype.isnative, (label, got.dtype)
+
+
+def check_name_changes_between_calls(rank, size):
+    # One name; every call changes one thing the prepared request holds: each call must be made afresh.
+    calls = [("float32", (4,), "sum", 1.0, 1.0), ("float64", (4,), "sum", 1.0, 1.0),
+             ("float64", (2, 2), "sum", 1.0, 1.0), ("float64", (2, 2), "max", 1.0, 1.0),
+             ("float64", (2, 2), "sum", 0.5, 1.0), ("float64", (2, 2), "sum", 0.5, 3.0),
+             ("float32", (4,), "sum", 1.0, 1.0)]
+    for step, (dtype, shape, op, pre, post) in enumerate(calls):
+        seed = ("changes", step)
+        x = rank_input(dtype, shape, rank, op, seed)
+        got = hvd.synchronize(hvd.allreduce_async(x, name="arrays.changing", op=OPS[op], prescale_factor=pre,
+                                                  postscale_factor=post))
+        assert got.dtype == x.dtype and got.shape == shape, (step, got.dtype, got.shape)
+        check_close("arrays.changing", got, reference(dtype, shape, op, size, seed, pre, post), dtype,
+                    f"call {step}")
+    # Another process set under the same name (every rank adds it; only its members reduce).
+    members = [0, size - 1] if size > 2 else [size - 1]
+    subset = hvd.add_process_set(members)
+    for step in range(2):
+        x = rank_input("float32", (3,), rank, "sum", ("set", step))
+        if rank in members:
+            got = hvd.allreduce(x, name="arrays.changing", op=hvd.Sum, process_set=subset)
+            inputs = [rank_input("float32", (3,), r, "sum", ("set", step)) for r in members]
+            check_close("arrays.changing (set)", got, reduce_reference(inputs, "sum"), "float32", f"step {step}")
+        got = hvd.allreduce(x, name="arrays.changing", op=hvd.Sum)
+        check_close("arrays.changing", got, reference("float32", (3,), "sum", size, ("set", step)), "float32", "")
+    hvd.remove_process_set(subset)
+
+
+def check_int_handles(rank, size):
+    xs = [rank_input("float32", (100 + i,), rank, "sum", ("handles", i)) for i in range(40)]
+    handles = [hvd.allreduce_async(x, name=f"arrays.handle.{i}", op=hvd.Sum) for i, x in enumerate(xs)]
+    assert len(set(handles)) == len(handles) and all(isinstance(h, int) for h in handles), handles
+    for i in reversed(range(len(xs))):  # in any order
+        got = hvd.synchronize(handles[i])
+        check_close(f"arrays.handle.{i}", got, reference("float32", (100 + i,), "sum", size, ("handles", i)),
+                    "float32", "")
+        expect_error(KeyError, [str(handles[i])], lambda: hvd.synchronize(handles[i]))
+    handle = hvd.allreduce_async(xs[0], name="arrays.polled", op=hvd.Sum)
+    while not hvd.poll(handle):
+        pass
+    hvd.synchronize(handle)
+    expect_error(KeyError, [], lambda: hvd.poll(handle))
+    # Each result is a new array: a later call with the same name leaves an earlier result alone.
+    first = hvd.allreduce(xs[0], name="arrays.fresh", op=hvd.Sum)
+    kept = first.copy()
+    second = hvd.allreduce(xs[0] * 2, name="arrays.fresh", op=hvd.Sum)
+    assert second is not first and np.array_equal(first, kept), "an earlier result was overwritten"
+    assert not ops._pending, f"{len(ops._pending)} int handles left"
+
+
+def check_errors_on_every_rank(rank, size):
+    # Shapes that disagree across ranks: every rank raises, naming the tensor and the shapes; the name works again.
+    for step in range(2):
+        x = np.ones(4 + (rank == size - 1), np.float32)
+        expect_error(hvd.HvdliteError, ["arrays.mismatch", "shape"],
+                     lambda: hvd.synchronize(hvd.allreduce_async(x, name="arrays.mismatch", op=hvd.Sum)))
+    got = hvd.allreduce(np.ones(4, np.float32), name="arrays.mismatch", op=hvd.Sum)
+    check_close("arrays.mismatch", got, np.full(4, float(size)), "float32", "after the error")
+    # Dtypes the core does not carry: TypeError naming the tensor, before anything is sent.
+    for dtype in (np.uint16, np.complex64):
+        expect_error(TypeError, ["arrays.unsupported", "dtype"],
+                     lambda: hvd.allreduce_async(np.ones(3, dtype), name="arrays.unsupported"))
+    expect_error(ValueError, ["op"], lambda: hvd.allreduce(np.ones(3), name="arrays.badop", op=17))
+    expect_error(ValueError, ["supersedes"], lambda: hvd.allreduce(np.ones(3), op=hvd.Sum, average=True))
+    assert not ops._pending, f"{len(ops._pending)} int handles left"
+
+
+def check_groups(rank, size):
+    # A named group reused, then with one member of another shape, dtype or layout: each call right.
+    def members(step, shapes, dtype="float32"):
+        return [rank_input(dtype, s, rank, "sum", ("group", step, i)) for i, s in enumerate(shapes)]
+
+    def expected(step, shapes, dtype="float32"):
+        return [reference(dtype, s, "sum", size, ("group", step, i)) for i, s in enumerate(shapes)]
+
+    steps = [((5,), (2, 3), (7,)), ((5,), (2, 3), (7,)), ((5,), (3, 2), (7,)), ((5,), (3, 2))]
+    for step, shapes in enumerate(steps):
+        got = hvd.grouped_allreduce(members(step, shapes), name="arrays.group", op=hvd.Sum)
+        assert len(got) == len(shapes)
+        for g, e, s in zip(got, expected(step, shapes), shapes):
+            assert g.shape == s
+            check_close("arrays.group", g, e, "float32", f"step {step}")
+    arrays = members(9, ((4, 6), (8,)))
+    arrays[0] = arrays[0][:, ::2]  # strided: made contiguous in Python
+    got = hvd.grouped_allreduce(arrays, name="arrays.group", op=hvd.Sum)
+    want = expected(9, ((4, 6), (8,)))
+    check_close("arrays.group", got[0], want[0][:, ::2], "float32", "strided member")
+    check_close("arrays.group", got[1], want[1], "float32", "strided member")
+    got = hvd.grouped_allreduce(members(10, ((3,),), "float64"), name="arrays.group", op=hvd.Max)
+    check_close("arrays.group", got[0], reference("float64", (3,), "max", size, ("group", 10, 0)), "float64",
+                "a max of float64")
+
+
+def check_no_leaks(rank, size):
+    # The C path holds the input and the output until the handle is released, then lets both go.
+    x = rank_input("float32", (64,), rank, "sum", "leaks")
+    before = sys.getrefcount(x)
+    for _ in range(200):
+        out = hvd.synchronize(hvd.allreduce_async(x, name="arrays.leaks", op=hvd.Sum))
+        hvd.allreduce(x, name="arrays.leaks.sync", op=hvd.Sum)
+    assert sys.getrefcount(x) == before, f"input references {before} -> {sys.getrefcount(x)}"
+    assert sys.getrefcount(out) == 2, f"the result is held elsewhere ({sys.getrefcount(out) - 2} references)"
+    group = [x, x + 1]
+    refs = [sys.getrefcount(a) for a in group]
+    for _ in range(100):
+        outs = hvd.grouped_allreduce(group, name="arrays.leaks.group", op=hvd.Sum)
+    assert [sys.getrefcount(a) for a in group] == refs, "group inputs leaked"
+    fresh = [np.ones(1), np.ones(1)]  # how many references a list's items have when nothing else holds them
+    assert [sys.getrefcount(o) for o in outs] == [sys.getrefcount(o) for o in fresh], "group outputs held elsewhere"
+    assert sys.getrefcount(outs) == sys.getrefcount(fresh), "the list of group outputs is held elsewhere"
+
+
+def check_after_shutdown(rank, size):
+    hvd.shutdown()
+    x = np.ones(4, np.float32)
+    # Prepared names run from C; they must still say that hvdlite is not running.
+    for call in (lambda: hvd.allreduce(x, name="arrays.leaks.sync", op=hvd.Sum),
+                 lambda: hvd.allreduce_async(x, name="arrays.leaks", op=hvd.Sum),
+                 lambda: hvd.grouped_allreduce_async([x, x + 1], name="arrays.leaks.group", op=hvd.Sum)):
+        expect_error(ValueError, ["not been initialized"], call)
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_int_handles,
+                  check_errors_on_every_rank, check_groups, check_no_leaks, check_after_shutdown):
+        check(rank, size)
+    print("WORKER OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()
