@@ -98,8 +98,8 @@ def _core_output(handle, dtype):
 
 
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
-# by name, and resubmitted from C with each call's arrays (native/python/array_collectives.c). Bounded: see
-# requests.cached.
+# by name as (address of the C request, PreparedRequest), and resubmitted from C with each call's arrays
+# (native/python/array_collectives.c). Bounded: see requests.cached.
 _PREPARED_REQUESTS = {}
 
 
@@ -111,25 +111,29 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
     prepared = PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
-    if name:
-        remember(_PREPARED_REQUESTS, name, prepared)  # replaces a request of another dtype or shape
+    if name:  # replaces a request of another dtype or shape
+        remember(_PREPARED_REQUESTS, name, (prepared._address, prepared))
     return prepared, array
 
 
 _hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16)
 
 
+_allreduce_array = _hotpath.allreduce_array
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    return _hotpath.allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor,
-                                    process_set, False)
+    # resolve_op's common case inline: this line runs once per tensor per step.
+    op = op if average is None and op in _REDUCE_OPS else resolve_op(op, average)
+    return _allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, False)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Reduces tensor over all ranks of the process set; returns a new array."""
-    return _hotpath.allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor,
-                                    process_set, True)
+    op = op if average is None and op in _REDUCE_OPS else resolve_op(op, average)
+    return _allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, True)
 
 
 # Prepared groups of named grouped all-reduces, by name: a training loop submits the same names, dtypes and

@@ -17,7 +17,7 @@
 #include <numpy/arrayobject.h>
 
 static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set) -> (prepared, array) */
-static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> PreparedRequest */
+static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> (address of its C request, PreparedRequest) */
 static PyObject *pending;           /* ops._pending: handle id -> (handle, result or finish function) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
 static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
@@ -101,9 +101,13 @@ static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, c
   if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
   PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
   if (found == NULL) return NULL;
-  const hvdlite_request *request = request_of(found);
+  if (!PyTuple_Check(found) || PyTuple_GET_SIZE(found) != 2) {
+    PyErr_Format(PyExc_TypeError, "prepared request of '%U' must be (address, PreparedRequest)", name);
+    return NULL;
+  }
+  const hvdlite_request *request = (const hvdlite_request *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(found, 0));
   if (request == NULL || !matches(tensor, request, signature)) return NULL;
-  *prepared = Py_NewRef(found);
+  *prepared = Py_NewRef(PyTuple_GET_ITEM(found, 1));
   return request;
 }
 
