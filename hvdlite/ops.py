@@ -157,13 +157,14 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             process_set=global_process_set):
     _require_init()
     op = resolve_op(op, average)
-    scales = (op, prescale_factor, postscale_factor, process_set)
+    tensors = tensors if isinstance(tensors, (list, tuple)) else list(tensors)  # read twice below at most
+    arguments = (op, prescale_factor, postscale_factor, process_set)
     prepared = _PREPARED_GROUPS.get(name) if name else None
-    outputs = None if prepared is None else prepared.point_arrays(tensors, *scales)
+    outputs = None if prepared is None else prepared.point_arrays(tensors, *arguments)
     if outputs is None:  # a new group, other shapes or dtypes, or arrays that are not contiguous NumPy arrays
         tensors = [_contiguous(t) for t in tensors]
-        prepared = _prepare_group(name, tensors, *scales)
-        outputs = prepared.point_arrays(tensors, *scales)
+        prepared = _prepare_group(name, tensors, *arguments)
+        outputs = prepared.point_arrays(tensors, *arguments)
         if outputs is None:
             raise TypeError(f"grouped all-reduce '{name}': the arrays do not match the requests made of them")
     # One int handle for the group, as in Horovod: synchronize returns the list.

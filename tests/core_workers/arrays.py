@@ -164,6 +164,10 @@ def check_groups(rank, size):
     want = expected(9, ((4, 6), (8,)))
     check_close("arrays.group", got[0], want[0][:, ::2], "float32", "strided member")
     check_close("arrays.group", got[1], want[1], "float32", "strided member")
+    # A generator of members, for a name already prepared: read once, right.
+    got = hvd.grouped_allreduce((a for a in members(11, ((5,), (3, 2)))), name="arrays.group", op=hvd.Sum)
+    for g, e in zip(got, expected(11, ((5,), (3, 2)))):
+        check_close("arrays.group", g, e, "float32", "members from a generator")
     got = hvd.grouped_allreduce(members(10, ((3,),), "float64"), name="arrays.group", op=hvd.Max)
     check_close("arrays.group", got[0], reference("float64", (3,), "max", size, ("group", 10, 0)), "float64",
                 "a max of float64")
