@@ -13,19 +13,10 @@ import numpy as np
 
 import hvdlite as hvd
 from hvdlite import ops
+from expectations import expect_error
 from reference import DTYPES, check_close, rank_input, reduce_reference
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
-
-
-def expect_error(kind, words, call):
-    try:
-        call()
-    except kind as error:
-        missing = [w for w in words if w not in str(error)]
-        assert not missing, f"{kind.__name__} {error!r} does not mention {missing}"
-        return
-    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
 
 
 def reference(dtype, shape, op, size, seed, prescale=1.0, postscale=1.0):

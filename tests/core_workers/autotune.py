@@ -5,8 +5,6 @@ against a float64 reference. argv[1]: steps. Prints 'WORKER OK' per rank.
 """
 import sys
 
-import numpy as np
-
 import hvdlite as hvd
 from reference import check_close, rank_input, reduce_reference
 

@@ -2,7 +2,6 @@
 
 Run with HVDLITE_STALL_CHECK_TIME_SECONDS=1 and HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=3.
 """
-import sys
 
 import numpy as np
 from mpi4py import MPI
@@ -10,16 +9,7 @@ from mpi4py import MPI
 import hvdlite as hvd
 from hvdlite._native import ffi, lib
 
-
-def expect_error(error_type, fragments, function, *args, **kwargs):
-    try:
-        function(*args, **kwargs)
-    except error_type as e:
-        message = str(e)
-        for fragment in fragments:
-            assert fragment in message, f"{fragment!r} not in {message!r}"
-        return message
-    raise AssertionError(f"expected {error_type.__name__} with {fragments}")
+from expectations import expect_error
 
 
 def check_mismatches(rank, size):

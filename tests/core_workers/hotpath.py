@@ -14,17 +14,8 @@ import numpy as np
 import hvdlite as hvd
 from hvdlite import _hotpath
 from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, wait_all
+from expectations import expect_error
 from reference import check_close, rank_input, reduce_reference
-
-
-def expect_error(kind, words, call):
-    try:
-        call()
-    except kind as error:
-        missing = [w for w in words if w not in str(error)]
-        assert not missing, f"{kind.__name__} {error!r} does not mention {missing}"
-        return
-    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
 
 
 def prepared(name, dtype, shape, op=hvd.Sum):
