@@ -20,7 +20,7 @@ PyObject *hvdlite_error;
  * keepalive's memory, so it lives until the collective is done (swept on later submissions). */
 static PyObject *orphans;
 
-PyObject *error_from_buffer(PyObject *type, const char *buffer) {
+static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
   PyObject *message = PyUnicode_DecodeUTF8(buffer, (Py_ssize_t)strlen(buffer), "replace");
   if (message != NULL) {
     PyErr_SetObject(type, message);
@@ -57,7 +57,7 @@ static void sweep_orphans(void) {
 }
 
 /* Makes handle stand for the core's request id, keeping keepalive until release. */
-void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name) {
+static void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name) {
   handle->id = id;
   Py_INCREF(keepalive);
   handle->keepalive = keepalive;
@@ -184,7 +184,7 @@ static void *address_of(PyObject *value, int writable) {
 
 /* A handle not yet standing for a request, of the class set by set_handle_type; made before the request is
  * enqueued, so that no request is ever left in the core without one. */
-CoreHandle *new_handle(void) {
+static CoreHandle *new_handle(void) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
   CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0);
   if (handle != NULL) handle->id = RELEASED;

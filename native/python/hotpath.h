@@ -20,14 +20,9 @@ typedef struct {
 HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
 HOTPATH_INTERNAL extern PyObject *hvdlite_error; /* hvdlite.errors.HvdliteError */
 
-/* Sets type (ValueError, HvdliteError) with the core's message in buffer; returns NULL. */
-HOTPATH_INTERNAL PyObject *error_from_buffer(PyObject *type, const char *buffer);
 /* Raises the failed request's HvdliteError; returns NULL. */
 HOTPATH_INTERNAL PyObject *raise_handle_error(hvdlite_handle id, PyObject *name);
 HOTPATH_INTERNAL PyObject *raise_released(CoreHandle *handle);
-/* A handle not yet standing for a request; adopt makes it stand for id, keeping keepalive until release. */
-HOTPATH_INTERNAL CoreHandle *new_handle(void);
-HOTPATH_INTERNAL void adopt(CoreHandle *handle, hvdlite_handle id, PyObject *keepalive, PyObject *name);
 /* hvdlite_wait_all, without the GIL while something is pending. */
 HOTPATH_INTERNAL int wait_for(const hvdlite_handle *ids, int32_t count);
 HOTPATH_INTERNAL void release_one(CoreHandle *handle);
