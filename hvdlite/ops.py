@@ -124,16 +124,15 @@ _allreduce_array = _hotpath.allreduce_array
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    # resolve_op's common case inline: this line runs once per tensor per step.
-    op = op if average is None and op in _REDUCE_OPS else resolve_op(op, average)
-    return _allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, False)
+    return _allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, process_set,
+                            False)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Reduces tensor over all ranks of the process set; returns a new array."""
-    op = op if average is None and op in _REDUCE_OPS else resolve_op(op, average)
-    return _allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, True)
+    return _allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, process_set,
+                            True)
 
 
 # Prepared groups of named grouped all-reduces, by name: a training loop submits the same names, dtypes and
