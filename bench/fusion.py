@@ -52,8 +52,10 @@ def methods_for(count, elements, fused):
             h.wait()
             h.release()
 
+    names = [f"fusion.np.{i}" for i in range(count)]  # made once, as a training loop names its parameters
+
     def many_numpy():
-        handles = [hvd.allreduce_async(x, name=f"fusion.np.{i}", op=hvd.Sum) for i, x in enumerate(xs)]
+        handles = [hvd.allreduce_async(x, name=name, op=hvd.Sum) for name, x in zip(names, xs)]
         for h in handles:
             hvd.synchronize(h)
 

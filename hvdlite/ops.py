@@ -116,23 +116,15 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
     return prepared, array
 
 
-_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16)
+_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16,
+                          resolve_op, _REDUCE_OPS, Average, global_process_set)
 
-
-_allreduce_array = _hotpath.allreduce_array
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set):
-    return _allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, process_set,
-                            False)
-
-
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=global_process_set):
-    """Reduces tensor over all ranks of the process set; returns a new array."""
-    return _allreduce_array(tensor, name, resolve_op(op, average), prescale_factor, postscale_factor, process_set,
-                            True)
+# allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+#                 process_set=None), and allreduce with the same arguments, are C functions with Horovod's
+# signature (process_set None is Horovod's default, global_process_set): they bind the arguments and resolve
+# the op (with resolve_op for anything but a plain op) without a Python frame per tensor.
+allreduce_async = _hotpath.allreduce_async
+allreduce = _hotpath.allreduce
 
 
 # Prepared groups of named grouped all-reduces, by name: a training loop submits the same names, dtypes and

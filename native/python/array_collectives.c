@@ -17,6 +17,10 @@
 #include <numpy/arrayobject.h>
 
 static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set) -> (prepared, array) */
+static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's rules, raises for a bad op */
+static PyObject *reduce_ops;        /* ops._REDUCE_OPS: the ops resolve_op returns unchanged when average is None */
+static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
+static PyObject *global_set;        /* process_sets.global_process_set: the default process set */
 static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> (address of its C request, PreparedRequest) */
 static PyObject *pending;           /* ops._pending: handle id -> (handle, result or finish function) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
@@ -125,9 +129,9 @@ static PyObject *track_entry(PyObject *entry) {
   return key;
 }
 
-/* allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, wait): the all-reduce of
- * one array into a new array of its shape. wait false: enqueued, returns its int handle (see synchronize);
- * true: returns the result. */
+/* allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, wait), op resolved: the
+ * all-reduce of one array into a new array of its shape. wait false: enqueued, returns its int handle (see
+ * synchronize); true: returns the result. */
 static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 7) return PyErr_Format(PyExc_TypeError, "allreduce_array takes 7 arguments (%zd given)", nargs);
   const int wait = PyObject_IsTrue(args[6]);
@@ -186,6 +190,85 @@ static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssi
   Py_DECREF(array);
   Py_DECREF(prepared);
   return result;
+}
+
+/* Binds Horovod's all-reduce arguments, given by position or keyword, to their slots in bound (NULL where the
+ * default applies); 0, or -1 with Python's TypeError for a missing, unknown or repeated argument. */
+static PyObject *allreduce_keywords[7], *float_one;
+static const char *const allreduce_parameters[7] = {"tensor", "average", "name", "op", "prescale_factor",
+                                                    "postscale_factor", "process_set"};
+
+static int bind_allreduce_arguments(const char *function, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames, PyObject **bound) {
+  if (nargs > 7) {
+    PyErr_Format(PyExc_TypeError, "%s() takes from 1 to 7 positional arguments but %zd were given", function, nargs);
+    return -1;
+  }
+  for (int i = 0; i < 7; ++i) bound[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t nkeywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkeywords; ++k) {
+    PyObject *keyword = PyTuple_GET_ITEM(kwnames, k);
+    int slot = 0;
+    while (slot < 7 && keyword != allreduce_keywords[slot]) ++slot;  /* interned: usually the same object */
+    for (int i = 0; slot == 7 && i < 7; ++i) {
+      const int order = PyUnicode_Compare(keyword, allreduce_keywords[i]);
+      if (order == -1 && PyErr_Occurred()) return -1;
+      if (order == 0) slot = i;
+    }
+    if (slot == 7) {
+      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", function, keyword);
+      return -1;
+    }
+    if (bound[slot] != NULL) {
+      PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", function,
+                   allreduce_parameters[slot]);
+      return -1;
+    }
+    bound[slot] = args[nargs + k];
+  }
+  if (bound[0] == NULL) {
+    PyErr_Format(PyExc_TypeError, "%s() missing 1 required positional argument: 'tensor'", function);
+    return -1;
+  }
+  return 0;
+}
+
+/* hvd.allreduce_async and hvd.allreduce themselves, with Horovod's signature: the arguments bound and the op
+ * resolved (ops.resolve_op only for what is not a plain op), then allreduce_array. No Python frame runs per
+ * tensor on the common path. */
+static PyObject *allreduce_call(const char *function, PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames, int wait) {
+  if (check_configured() != 0) return NULL;
+  PyObject *bound[7];
+  if (bind_allreduce_arguments(function, args, PyVectorcall_NARGS(nargs), kwnames, bound) != 0) return NULL;
+  PyObject *average = bound[1] ? bound[1] : Py_None, *op = bound[3] ? bound[3] : Py_None;
+  PyObject *resolved = NULL;
+  if (average == Py_None && op == Py_None) {
+    op = average_op;
+  } else {
+    const int plain = average == Py_None ? PySet_Contains(reduce_ops, op) : 0;
+    if (plain < 0) PyErr_Clear();  /* unhashable: resolve_op says what is wrong */
+    if (plain != 1) {
+      PyObject *pair[2] = {op, average};
+      resolved = PyObject_Vectorcall(resolve_op, pair, 2, NULL);
+      if (resolved == NULL) return NULL;
+      op = resolved;
+    }
+  }
+  PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_set;
+  PyObject *call[7] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
+                       bound[5] ? bound[5] : float_one, process_set, wait ? Py_True : Py_False};
+  PyObject *result = allreduce_array(module, call, 7);
+  Py_XDECREF(resolved);
+  return result;
+}
+
+static PyObject *allreduce_async_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
+  return allreduce_call("allreduce_async", module, args, (Py_ssize_t)nargs, kwnames, 0);
+}
+
+static PyObject *allreduce_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
+  return allreduce_call("allreduce", module, args, (Py_ssize_t)nargs, kwnames, 1);
 }
 
 /* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set): points the
@@ -286,11 +369,13 @@ static PyObject *synchronize(PyObject *module, PyObject *key) {
   return value;
 }
 
-/* configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype): what ops.py lends. */
+/* configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,
+ * average, global_process_set): what ops.py lends. */
 static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 5) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 5 arguments (%zd given)", nargs);
-  if (!PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
-    return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests and pending must be dicts");
+  if (nargs != 9) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 9 arguments (%zd given)", nargs);
+  if (!PyDict_Check(args[1]) || !PyDict_Check(args[2]) || !PyAnySet_Check(args[6])) {
+    return PyErr_Format(PyExc_TypeError,
+                        "configure_arrays: prepared_requests and pending must be dicts, reduce_ops a set");
   }
   PyArray_Descr *bfloat16 = NULL;
   if (!PyArray_DescrConverter(args[4], &bfloat16)) return NULL;
@@ -300,14 +385,30 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
   Py_XSETREF(prepared_requests, Py_NewRef(args[1]));
   Py_XSETREF(pending, Py_NewRef(args[2]));
   Py_XSETREF(require_init, Py_NewRef(args[3]));
+  Py_XSETREF(resolve_op, Py_NewRef(args[5]));
+  Py_XSETREF(reduce_ops, Py_NewRef(args[6]));
+  Py_XSETREF(average_op, Py_NewRef(args[7]));
+  Py_XSETREF(global_set, Py_NewRef(args[8]));
   Py_RETURN_NONE;
 }
 
 #define FASTCALL(function) (PyCFunction)(void (*)(void))(function), METH_FASTCALL
 
+#define ALLREDUCE_SIGNATURE \
+  "(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, " \
+  "process_set=None)\n--\n\n"
+#define KEYWORDS(function) (PyCFunction)(void (*)(void))(function), METH_FASTCALL | METH_KEYWORDS
+
 PyMethodDef array_collective_functions[] = {
-    {"allreduce_array", FASTCALL(allreduce_array),
-     "allreduce_array(tensor, name, op, prescale, postscale, process_set, wait) -> int handle, or the result"},
+    {"allreduce_async", KEYWORDS(allreduce_async_function),
+     "allreduce_async" ALLREDUCE_SIGNATURE
+     "Starts reducing tensor over all ranks of the process set; returns an int handle for synchronize() and\n"
+     "poll(). op (Average, Sum, Min, Max, Product; default Average) wins over the deprecated average; the\n"
+     "result is (prescale_factor * tensor) reduced, times postscale_factor. Ranks pair calls by name.\n"
+     "process_set: a ProcessSet; None (the default) is the global process set."},
+    {"allreduce", KEYWORDS(allreduce_function),
+     "allreduce" ALLREDUCE_SIGNATURE
+     "Reduces tensor over all ranks of the process set; returns a new array (see allreduce_async)."},
     {"point_arrays", FASTCALL(point_arrays),
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set) -> outputs or None"},
     {"track", FASTCALL(track), "track(handle, result) -> int handle"},
@@ -324,5 +425,11 @@ int array_collectives_ready(void) {
   wait_name = PyUnicode_InternFromString("wait");
   release_name = PyUnicode_InternFromString("release");
   if (!address_attribute || !name_attribute || !set_id_attribute || !wait_name || !release_name) return -1;
+  float_one = PyFloat_FromDouble(1.0);
+  if (float_one == NULL) return -1;
+  for (int i = 0; i < 7; ++i) {
+    allreduce_keywords[i] = PyUnicode_InternFromString(allreduce_parameters[i]);
+    if (allreduce_keywords[i] == NULL) return -1;
+  }
   return 0;
 }

@@ -1,13 +1,15 @@
 """The NumPy all-reduces made in C (native/python/array_collectives.c), on real MPI ranks: every dtype and the
 array layouts the C path hands to Python (strided, Fortran order, 0-d, lists, byte-swapped), names whose dtype,
-shape, op, scale factors or process set change between calls, int handles (poll, synchronize twice, many in
-flight), errors on every rank (shapes that disagree, unsupported dtypes), grouped all-reduces whose members
-change, references that must not leak, and calls after shutdown. Every result is checked against a float64
-reference.
+shape, op, scale factors or process set change between calls, Horovod's arguments bound by position and keyword,
+int handles (poll, synchronize twice, many in flight), errors on every rank (shapes that disagree, unsupported
+dtypes), grouped all-reduces whose members change, references that must not leak, and calls after shutdown.
+Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
+import inspect
 import sys
+import warnings
 
 import numpy as np
 
@@ -93,6 +95,45 @@ def check_name_changes_between_calls(rank, size):
         got = hvd.allreduce(x, name="arrays.changing", op=hvd.Sum)
         check_close("arrays.changing", got, reference("float32", (3,), "sum", size, ("set", step)), "float32", "")
     hvd.remove_process_set(subset)
+
+
+def check_arguments(rank, size):
+    # allreduce and allreduce_async are C functions with Horovod's signature: every way of passing the
+    # arguments binds them as a Python function would, op defaults to Average, and average is Horovod's.
+    for function in (hvd.allreduce, hvd.allreduce_async):
+        params = inspect.signature(function).parameters
+        assert list(params) == ["tensor", "average", "name", "op", "prescale_factor", "postscale_factor",
+                                "process_set"], params
+        assert [p.default for p in list(params.values())[1:]] == [None, None, None, 1.0, 1.0, None], params
+    x = rank_input("float64", (2, 3), rank, "sum", "arguments")
+
+    def expect(label, got, op, pre=1.0, post=1.0):
+        got = hvd.synchronize(got) if isinstance(got, int) else got
+        check_close(f"arrays.arguments ({label})", got, reference("float64", (2, 3), op, size, "arguments", pre, post),
+                    "float64", label)
+
+    name = "arrays.arguments"
+    expect("default op", hvd.allreduce(x, name=name), "average")
+    expect("positional", hvd.allreduce_async(x, None, name, hvd.Max, 2.0, 0.5, hvd.global_process_set), "max",
+           2.0, 0.5)
+    expect("keywords", hvd.allreduce(postscale_factor=3.0, op=hvd.Sum, tensor=x, name=name), "sum", 1.0, 3.0)
+    expect("keywords built at run time", hvd.allreduce(x, **{"".join(["na", "me"]): name, "op": hvd.Min}), "min")
+    expect("process_set None", hvd.allreduce_async(x, name=name, op=hvd.Sum, process_set=None), "sum")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expect("average=False", hvd.allreduce(x, average=False, name=name), "sum")
+        expect("average=True", hvd.allreduce_async(x, True, name), "average")
+    assert [w.category for w in caught] == [DeprecationWarning] * 2, caught
+    assert all(w.filename == __file__ for w in caught), [w.filename for w in caught]  # points at the caller
+    for function, label in ((hvd.allreduce, "allreduce"), (hvd.allreduce_async, "allreduce_async")):
+        expect_error(TypeError, [f"{label}()", "'tensor'"], function)
+        expect_error(TypeError, [f"{label}()", "unexpected keyword argument 'bogus'"], function, x, bogus=1)
+        expect_error(TypeError, [f"{label}()", "multiple values for argument 'name'"], function, x, None, name,
+                     name=name)
+        expect_error(TypeError, [f"{label}()", "multiple values for argument 'tensor'"], function, x, tensor=x)
+        expect_error(TypeError, [f"{label}()", "8 were given"], function, x, None, name, 1, 1.0, 1.0, None, 0)
+        expect_error(ValueError, ["unknown reduce op 9"], function, x, name=name, op=9)
+    assert not ops._pending, f"{len(ops._pending)} int handles left"
 
 
 def check_int_handles(rank, size):
@@ -196,8 +237,8 @@ def check_after_shutdown(rank, size):
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_int_handles,
-                  check_errors_on_every_rank, check_groups, check_no_leaks, check_after_shutdown):
+    for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_arguments,
+                  check_int_handles, check_errors_on_every_rank, check_groups, check_no_leaks, check_after_shutdown):
         check(rank, size)
     print("WORKER OK", flush=True)
 
