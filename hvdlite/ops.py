@@ -98,8 +98,9 @@ def _core_output(handle, dtype):
 
 
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
-# by name as (address of the C request, PreparedRequest), and resubmitted from C with each call's arrays
-# (native/python/array_collectives.c). Bounded: see requests.cached.
+# by name as [address of the C request, PreparedRequest, its last outputs], and resubmitted from C with each
+# call's arrays (native/python/array_collectives.c), which recycles an output once nobody holds it.
+# Bounded: see requests.cached.
 _PREPARED_REQUESTS = {}
 
 
@@ -112,7 +113,7 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
     if name:  # replaces a request of another dtype or shape
-        remember(_PREPARED_REQUESTS, name, (prepared._address, prepared))
+        remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.kept_outputs())
     return prepared, array
 
 

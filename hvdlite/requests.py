@@ -320,7 +320,7 @@ class PreparedGroup:
     or the same): what a training step does with the same gradients every step. A submission sets two
     pointers per member at most and makes one C call, instead of rebuilding every request."""
 
-    __slots__ = ("_c", "_owned", "_names", "_count", "_address")
+    __slots__ = ("_c", "_owned", "_names", "_count", "_address", "_kept")
 
     def __init__(self, requests):
         self._count = len(requests)
@@ -328,13 +328,14 @@ class PreparedGroup:
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
         self._address = _address(self._c)
+        self._kept = [None] * (self._count * _hotpath.kept_outputs())  # point_arrays' outputs, to recycle
 
     def point_arrays(self, arrays, op, prescale_factor, postscale_factor, process_set):
-        """Points the members at arrays (NumPy, C-contiguous, one per member) and at new output arrays, which
-        it returns; None, pointing nothing that matters, when the arrays or the all-reduce arguments are not
-        what the members were prepared with. One C call."""
+        """Points the members at arrays (NumPy, C-contiguous, one per member) and at output arrays, which it
+        returns (new, or earlier outputs that nobody holds any more); None, pointing nothing that matters, when
+        the arrays or the all-reduce arguments are not what the members were prepared with. One C call."""
         return _hotpath.point_arrays(self._address, self._count, arrays, op, prescale_factor, postscale_factor,
-                                     process_set)
+                                     process_set, self._kept)
 
     def submit(self, inputs=None, outputs=None, keepalive=None):
         """Submits every member; inputs and outputs, if given, hold one buffer per member (integer addresses

@@ -2,7 +2,8 @@
 array layouts the C path hands to Python (strided, Fortran order, 0-d, lists, byte-swapped), names whose dtype,
 shape, op, scale factors or process set change between calls, Horovod's arguments bound by position and keyword,
 int handles (poll, synchronize twice, many in flight), errors on every rank (shapes that disagree, unsupported
-dtypes), grouped all-reduces whose members change, references that must not leak, and calls after shutdown.
+dtypes), grouped all-reduces whose members change, outputs recycled only when nobody holds them, references
+that must not leak, and calls after shutdown.
 Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
@@ -10,6 +11,7 @@ Prints 'WORKER OK' per rank on success.
 import inspect
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -205,22 +207,80 @@ def check_groups(rank, size):
                 "a max of float64")
 
 
+def check_recycled_outputs(rank, size):
+    # An output nobody holds any more serves a later call of its name; one that is held, viewed, watched or
+    # changed in place never does. Every result right, and every result still held unchanged by later calls.
+    def step_input(step, shape=(2, 3), dtype="float64"):
+        return rank_input(dtype, shape, rank, "sum", ("recycle", step))
+
+    def step_expected(step, shape=(2, 3), dtype="float64"):
+        return reference(dtype, shape, "sum", size, ("recycle", step))
+
+    name = "arrays.recycled"
+    held = []  # (result still referenced, a copy of what it was)
+    first = hvd.allreduce(step_input(0), name=name, op=hvd.Sum)
+    first_id = id(first)  # while its slot keeps it alive, no other object can have this id
+    del first
+    for step in range(1, 9):
+        result = (hvd.allreduce(step_input(step), name=name, op=hvd.Sum) if step % 2 else
+                  hvd.synchronize(hvd.allreduce_async(step_input(step), name=name, op=hvd.Sum)))
+        check_close(name, result, step_expected(step), "float64", f"step {step}")
+        if step == 1:
+            assert id(result) == first_id, "a dropped output was not recycled"
+        if step in (2, 5):
+            held.append((result, result.copy()))  # held: later calls must leave it alone
+        if step == 3:
+            held.append((result[1:], result[1:].copy()))  # a view holds its base
+        if step == 4:
+            watched = weakref.ref(result)
+        if step == 6:
+            result.shape = (3, 2)  # changed in place, then dropped: not handed out as a (2, 3) output
+        if step == 7:
+            result.flags.writeable = False
+        del result
+        for kept, copy in held:
+            assert np.array_equal(kept, copy), f"step {step}: a result still held was overwritten"
+    # Watched outputs are not recycled, so the watched one died when a new output took its slot.
+    assert watched() is None, "a weakly referenced output is still kept"
+    # Holding each result until the next call returns (a loop's `avg = hvd.allreduce(...)`): still recycled.
+    ids = set()
+    avg = None
+    for step in range(10, 16):
+        avg = hvd.allreduce(step_input(step), name=name + ".loop", op=hvd.Sum)
+        check_close(name, avg, step_expected(step), "float64", f"step {step}")
+        ids.add(id(avg))
+    assert len(ids) == 2, f"{len(ids)} output arrays for 6 calls that each held one result"
+    # Groups: a dropped list's outputs serve the next call; an output taken out of it is left alone.
+    members = [step_input(20, (4,)), step_input(21, (2, 2))]
+    outs = hvd.grouped_allreduce(members, name=name + ".group", op=hvd.Sum)
+    out_ids = [id(o) for o in outs]
+    kept = outs[1]
+    del outs
+    outs = hvd.grouped_allreduce([m * 2 for m in members], name=name + ".group", op=hvd.Sum)
+    assert id(outs[0]) == out_ids[0] and outs[1] is not kept, "group outputs not recycled as they should be"
+    check_close(name, kept, step_expected(21, (2, 2)), "float64", "group member held")
+    check_close(name, outs[0], 2 * step_expected(20, (4,)), "float64", "group, recycled member")
+    check_close(name, outs[1], 2 * step_expected(21, (2, 2)), "float64", "group, new member")
+
+
 def check_no_leaks(rank, size):
-    # The C path holds the input and the output until the handle is released, then lets both go.
+    # The C path holds the input and the output until the handle is released, then lets both go (but for the
+    # one reference of the slot that recycles it).
     x = rank_input("float32", (64,), rank, "sum", "leaks")
     before = sys.getrefcount(x)
     for _ in range(200):
         out = hvd.synchronize(hvd.allreduce_async(x, name="arrays.leaks", op=hvd.Sum))
         hvd.allreduce(x, name="arrays.leaks.sync", op=hvd.Sum)
     assert sys.getrefcount(x) == before, f"input references {before} -> {sys.getrefcount(x)}"
-    assert sys.getrefcount(out) == 2, f"the result is held elsewhere ({sys.getrefcount(out) - 2} references)"
+    assert sys.getrefcount(out) == 3, f"the result is held elsewhere ({sys.getrefcount(out) - 3} references)"
+    assert len(ops._PREPARED_REQUESTS["arrays.leaks"]) == 2 + 2, "the outputs kept for recycling grow"
     group = [x, x + 1]
     refs = [sys.getrefcount(a) for a in group]
     for _ in range(100):
         outs = hvd.grouped_allreduce(group, name="arrays.leaks.group", op=hvd.Sum)
     assert [sys.getrefcount(a) for a in group] == refs, "group inputs leaked"
     fresh = [np.ones(1), np.ones(1)]  # how many references a list's items have when nothing else holds them
-    assert [sys.getrefcount(o) for o in outs] == [sys.getrefcount(o) for o in fresh], "group outputs held elsewhere"
+    assert [sys.getrefcount(o) - 1 for o in outs] == [sys.getrefcount(o) for o in fresh], "group outputs held"
     assert sys.getrefcount(outs) == sys.getrefcount(fresh), "the list of group outputs is held elsewhere"
 
 
@@ -238,7 +298,8 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_arguments,
-                  check_int_handles, check_errors_on_every_rank, check_groups, check_no_leaks, check_after_shutdown):
+                  check_int_handles, check_errors_on_every_rank, check_groups, check_recycled_outputs, check_no_leaks,
+                  check_after_shutdown):
         check(rank, size)
     print("WORKER OK", flush=True)
 
