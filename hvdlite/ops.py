@@ -105,16 +105,17 @@ _PREPARED_REQUESTS = {}
 
 
 def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
-    """(PreparedRequest, contiguous array) for an all-reduce the C path has no matching request for; a named one
-    is kept for the next calls. Raises for what the request cannot be."""
+    """(PreparedRequest, contiguous array, its entry in _PREPARED_REQUESTS or None) for an all-reduce the C path
+    has no matching request for; a named one is kept for the next calls. Raises for what it cannot be."""
     _require_init()
     array = _contiguous(tensor)
     prepared = PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor, process_set=process_set))
+    entry = None
     if name:  # replaces a request of another dtype or shape
-        remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.kept_outputs())
-    return prepared, array
+        entry = remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.KEPT_OUTPUTS)
+    return prepared, array, entry
 
 
 _hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16,

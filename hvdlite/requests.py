@@ -328,7 +328,7 @@ class PreparedGroup:
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
         self._address = _address(self._c)
-        self._kept = [None] * (self._count * _hotpath.kept_outputs())  # point_arrays' outputs, to recycle
+        self._kept = [None] * (self._count * _hotpath.KEPT_OUTPUTS)  # point_arrays' outputs, to recycle
 
     def point_arrays(self, arrays, op, prescale_factor, postscale_factor, process_set):
         """Points the members at arrays (NumPy, C-contiguous, one per member) and at output arrays, which it

@@ -16,7 +16,8 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
-static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set) -> (prepared, array) */
+static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set)
+                                       -> (prepared, array, its entry in prepared_requests or None) */
 static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's rules, raises for a bad op */
 static PyObject *reduce_ops;        /* ops._REDUCE_OPS: the ops resolve_op returns unchanged when average is None */
 static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
@@ -153,18 +154,6 @@ static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, c
   return request;
 }
 
-/* The entry (a new reference) that caches prepared under name, or NULL (no error) when there is none. */
-static PyObject *kept_entry(PyObject *name, PyObject *prepared) {
-  if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
-  PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
-  if (found == NULL || !PyList_CheckExact(found) || PyList_GET_SIZE(found) != 2 + KEPT_OUTPUTS ||
-      PyList_GET_ITEM(found, 1) != prepared) {
-    PyErr_Clear();
-    return NULL;
-  }
-  return Py_NewRef(found);
-}
-
 /* 0 once ops.py has called configure_arrays, else -1 with an error set. */
 static int check_configured(void) {
   if (pending != NULL) return 0;
@@ -179,13 +168,10 @@ static PyObject *track_entry(PyObject *entry) {
   return key;
 }
 
-/* allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set, wait), op resolved: the
- * all-reduce of one array into a new array of its shape. wait false: enqueued, returns its int handle (see
- * synchronize); true: returns the result. */
-static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 7) return PyErr_Format(PyExc_TypeError, "allreduce_array takes 7 arguments (%zd given)", nargs);
-  const int wait = PyObject_IsTrue(args[6]);
-  if (wait < 0 || check_configured() != 0) return NULL;
+/* The all-reduce of one array into a new (or recycled) array of its shape; args are (tensor, name, op,
+ * prescale_factor, postscale_factor, process_set), op resolved. wait false: enqueued, returns its int handle
+ * (see synchronize); true: returns the result. */
+static PyObject *allreduce_array(PyObject *const *args, int wait) {
   if (!hvdlite_is_initialized()) {
     PyObject *ok = PyObject_CallNoArgs(require_init);  /* raises ValueError */
     if (ok == NULL) return NULL;
@@ -196,25 +182,27 @@ static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssi
   const hvdlite_request *request =
       signature_of(args + 2, &signature) ? cached_request(args[0], args[1], &signature, &entry) : NULL;
   if (request == NULL) {
-    /* The first call of a name (whose later calls recycle their outputs), or one Python must look at. */
+    /* A name not prepared yet (or prepared otherwise), no name, or an array Python must look at. */
     if (PyErr_Occurred()) return NULL;
     PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
     if (made == NULL) return NULL;
-    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2 || !PyArray_Check(PyTuple_GET_ITEM(made, 1))) {
+    PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
+    if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
+        !(kept == Py_None || (PyList_CheckExact(kept) && PyList_GET_SIZE(kept) == 2 + KEPT_OUTPUTS))) {
       Py_DECREF(made);
-      return PyErr_Format(PyExc_TypeError, "prepare must return (PreparedRequest, array)");
+      return PyErr_Format(PyExc_TypeError, "prepare must return (PreparedRequest, array, entry or None)");
     }
     prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
-    array = PyTuple_GET_ITEM(made, 1);
-    Py_INCREF(array);
+    array = Py_NewRef(PyTuple_GET_ITEM(made, 1));
+    entry = kept == Py_None ? NULL : Py_NewRef(kept);  /* a named request, just cached: its output is kept too */
     Py_DECREF(made);
     request = request_of(prepared);
     if (request == NULL) {
       Py_DECREF(array);
       Py_DECREF(prepared);
+      Py_XDECREF(entry);
       return NULL;
     }
-    entry = kept_entry(args[1], prepared);  /* a named request was just cached: its output is kept too */
   } else {
     prepared = Py_NewRef(PyList_GET_ITEM(entry, 1));
     Py_INCREF(array);
@@ -233,11 +221,11 @@ static PyObject *allreduce_array(PyObject *module, PyObject *const *args, Py_ssi
     } else {
       PyObject *keepalive = PyTuple_Pack(2, array, output);
       PyObject *handle = keepalive ? enqueue(&filled, keepalive, name) : NULL;
-      PyObject *entry = handle ? PyTuple_Pack(2, handle, output) : NULL;
-      result = entry ? track_entry(entry) : NULL;
+      PyObject *tracked = handle ? PyTuple_Pack(2, handle, output) : NULL;
+      result = tracked ? track_entry(tracked) : NULL;
       Py_XDECREF(keepalive);
       Py_XDECREF(handle);
-      Py_XDECREF(entry);
+      Py_XDECREF(tracked);
     }
   }
   Py_XDECREF(output);
@@ -292,8 +280,8 @@ static int bind_allreduce_arguments(const char *function, PyObject *const *args,
 /* hvd.allreduce_async and hvd.allreduce themselves, with Horovod's signature: the arguments bound and the op
  * resolved (ops.resolve_op only for what is not a plain op), then allreduce_array. No Python frame runs per
  * tensor on the common path. */
-static PyObject *allreduce_call(const char *function, PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames, int wait) {
+static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                int wait) {
   if (check_configured() != 0) return NULL;
   PyObject *bound[7];
   if (bind_allreduce_arguments(function, args, PyVectorcall_NARGS(nargs), kwnames, bound) != 0) return NULL;
@@ -312,19 +300,19 @@ static PyObject *allreduce_call(const char *function, PyObject *module, PyObject
     }
   }
   PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_set;
-  PyObject *call[7] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
-                       bound[5] ? bound[5] : float_one, process_set, wait ? Py_True : Py_False};
-  PyObject *result = allreduce_array(module, call, 7);
+  PyObject *call[6] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
+                       bound[5] ? bound[5] : float_one, process_set};
+  PyObject *result = allreduce_array(call, wait);
   Py_XDECREF(resolved);
   return result;
 }
 
 static PyObject *allreduce_async_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
-  return allreduce_call("allreduce_async", module, args, (Py_ssize_t)nargs, kwnames, 0);
+  return allreduce_call("allreduce_async", args, (Py_ssize_t)nargs, kwnames, 0);
 }
 
 static PyObject *allreduce_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
-  return allreduce_call("allreduce", module, args, (Py_ssize_t)nargs, kwnames, 1);
+  return allreduce_call("allreduce", args, (Py_ssize_t)nargs, kwnames, 1);
 }
 
 /* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set, kept):
@@ -366,8 +354,6 @@ static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_
   if (outputs == NULL && PyErr_Occurred()) return NULL;
   return outputs != NULL ? outputs : Py_NewRef(Py_None);
 }
-
-static PyObject *kept_outputs(PyObject *module, PyObject *unused) { return PyLong_FromLong(KEPT_OUTPUTS); }
 
 /* track(handle, result): a new int handle for a submitted request (see the top of this file). */
 static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -474,13 +460,16 @@ PyMethodDef array_collective_functions[] = {
      "Reduces tensor over all ranks of the process set; returns a new array (see allreduce_async)."},
     {"point_arrays", FASTCALL(point_arrays),
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
-    {"kept_outputs", (PyCFunction)(void (*)(void))kept_outputs, METH_NOARGS,
-     "kept_outputs() -> how many output slots each prepared request keeps (a list of that many per request)"},
     {"track", FASTCALL(track), "track(handle, result) -> int handle"},
     {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
     {"configure_arrays", FASTCALL(configure_arrays),
      "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype)"},
     {NULL, NULL, 0, NULL}};
+
+int array_collectives_constants(PyObject *module) {
+  /* How many output slots each prepared request (and group member) keeps: see recycled_output. */
+  return PyModule_AddIntConstant(module, "KEPT_OUTPUTS", KEPT_OUTPUTS);
+}
 
 int array_collectives_ready(void) {
   if (_import_array() < 0) return -1;

@@ -482,7 +482,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   if (array_collectives_ready() != 0) return NULL;
   PyObject *module = PyModule_Create(&hotpath_module);
   if (module == NULL) return NULL;
-  if (PyModule_AddFunctions(module, array_collective_functions) != 0) {
+  if (PyModule_AddFunctions(module, array_collective_functions) != 0 || array_collectives_constants(module) != 0) {
     Py_DECREF(module);
     return NULL;
   }

@@ -34,3 +34,4 @@ HOTPATH_INTERNAL int run_request(const hvdlite_request *request, PyObject *name)
 /* array_collectives.c: its module functions, and its set-up at import (0, or -1 with an error set). */
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
 HOTPATH_INTERNAL int array_collectives_ready(void);
+HOTPATH_INTERNAL int array_collectives_constants(PyObject *module); /* 0, or -1 with an error set */
