@@ -3,7 +3,8 @@
  *
  * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name. When an
  * array matches its name's request (same dtype, shape, op, scale factors, process set; C-contiguous, native
- * byte order), the call is a dictionary lookup, a new output array and one enqueue: no Python runs. Anything
+ * byte order), the call is a dictionary lookup, an output array (recycled, see recycled_output) and one
+ * enqueue: no Python runs. Anything
  * else (a new name, another shape, no name, a list, a 0-d or strided array) goes to ops.py's prepare function,
  * which checks the arguments, raises what is wrong, and caches the new request.
  *
@@ -236,11 +237,12 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
   return result;
 }
 
-/* Binds Horovod's all-reduce arguments, given by position or keyword, to their slots in bound (NULL where the
- * default applies); 0, or -1 with Python's TypeError for a missing, unknown or repeated argument. */
-static PyObject *allreduce_keywords[7], *float_one;
+static PyObject *allreduce_keywords[7], *float_one; /* interned parameter names; 1.0, the scale factors' default */
 static const char *const allreduce_parameters[7] = {"tensor", "average", "name", "op", "prescale_factor",
                                                     "postscale_factor", "process_set"};
+
+/* Binds Horovod's all-reduce arguments, given by position or keyword, to their slots in bound (NULL where the
+ * default applies); 0, or -1 with Python's TypeError for a missing, unknown or repeated argument. */
 
 static int bind_allreduce_arguments(const char *function, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames, PyObject **bound) {
@@ -389,19 +391,7 @@ static PyObject *synchronize(PyObject *module, PyObject *key) {
   }
   PyObject *handle = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1);
   const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
-  int waited;
-  if (is_core_handle) {
-    CoreHandle *core_handle = (CoreHandle *)handle;
-    if (core_handle->id == RELEASED) {
-      raise_released(core_handle);
-      waited = -1;
-    } else {
-      waited = wait_for(&core_handle->id, 1) == 0 ? 0 : -1;
-      if (waited != 0) raise_handle_error(core_handle->id, core_handle->name);
-    }
-  } else {
-    waited = call_method(handle, wait_name);
-  }
+  const int waited = is_core_handle ? wait_one((CoreHandle *)handle) : call_method(handle, wait_name);
   PyObject *value = NULL;
   if (waited == 0) value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
   /* Released whatever happened, keeping the error raised so far. */
@@ -463,7 +453,8 @@ PyMethodDef array_collective_functions[] = {
     {"track", FASTCALL(track), "track(handle, result) -> int handle"},
     {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
     {"configure_arrays", FASTCALL(configure_arrays),
-     "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype)"},
+     "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,\n"
+     "                 average, global_process_set)"},
     {NULL, NULL, 0, NULL}};
 
 int array_collectives_constants(PyObject *module) {

@@ -29,14 +29,14 @@ static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
   return NULL;
 }
 
-PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
+static PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
   char buffer[ERROR_BYTES];
   if (hvdlite_handle_error(id, buffer, ERROR_BYTES) > 0) return error_from_buffer(hvdlite_error, buffer);
   PyErr_Format(hvdlite_error, "request '%S' failed", name);
   return NULL;
 }
 
-PyObject *raise_released(CoreHandle *self) {
+static PyObject *raise_released(CoreHandle *self) {
   PyErr_Format(hvdlite_error, "the handle of '%S' was already released", self->name);
   return NULL;
 }
@@ -101,7 +101,7 @@ static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
 
 /* hvdlite_wait_all, letting go of the GIL only when something is still pending (a finished wait returns at
  * once, and handing the GIL over costs more than it). */
-int wait_for(const hvdlite_handle *ids, int32_t count) {
+static int wait_for(const hvdlite_handle *ids, int32_t count) {
   if (hvdlite_all_done(ids, count)) return hvdlite_wait_all(ids, count);
   int code;
   Py_BEGIN_ALLOW_THREADS
@@ -110,9 +110,18 @@ int wait_for(const hvdlite_handle *ids, int32_t count) {
   return code;
 }
 
+int wait_one(CoreHandle *self) {
+  if (self->id == RELEASED) {
+    raise_released(self);
+    return -1;
+  }
+  if (wait_for(&self->id, 1) == 0) return 0;
+  raise_handle_error(self->id, self->name);
+  return -1;
+}
+
 static PyObject *handle_wait(CoreHandle *self, PyObject *unused) {
-  if (self->id == RELEASED) return raise_released(self);
-  if (wait_for(&self->id, 1) != 0) return raise_handle_error(self->id, self->name);
+  if (wait_one(self) != 0) return NULL;
   Py_RETURN_NONE;
 }
 

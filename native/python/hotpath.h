@@ -20,11 +20,9 @@ typedef struct {
 HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
 HOTPATH_INTERNAL extern PyObject *hvdlite_error; /* hvdlite.errors.HvdliteError */
 
-/* Raises the failed request's HvdliteError; returns NULL. */
-HOTPATH_INTERNAL PyObject *raise_handle_error(hvdlite_handle id, PyObject *name);
-HOTPATH_INTERNAL PyObject *raise_released(CoreHandle *handle);
-/* hvdlite_wait_all, without the GIL while something is pending. */
-HOTPATH_INTERNAL int wait_for(const hvdlite_handle *ids, int32_t count);
+/* Handle.wait(): 0 once the request succeeded (without the GIL while it is pending), or -1 with its
+ * HvdliteError (or the already-released one) raised. */
+HOTPATH_INTERNAL int wait_one(CoreHandle *handle);
 HOTPATH_INTERNAL void release_one(CoreHandle *handle);
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
