@@ -1,58 +1,35 @@
-"""Gradient compression for the wire: cast floating tensors down before a collective and back after."""
+"""Gradient compression for TensorFlow tensors: ``Compression.fp16`` and ``.bf16`` cast floating tensors to a
+16-bit type for the wire and back afterwards (the interface is hvdlite.compression's)."""
 import tensorflow as tf
 
+from hvdlite.compression import CastCompressor, Compressor, NoneCompressor  # noqa: F401 (Horovod's names)
 
-class Compressor:
-    """Interface: ``compress(tensor) -> (tensor, context)``, ``decompress(tensor, context) -> tensor``."""
+
+class _TensorFlowCast(CastCompressor):
+    @staticmethod
+    def is_floating(dtype):
+        return dtype.is_floating
 
     @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
-class NoneCompressor(Compressor):
-    """Leaves tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    wire_dtype = None
-
-    @classmethod
-    def compress(cls, tensor):
-        dtype = tensor.dtype
-        if dtype.is_floating and dtype != cls.wire_dtype:
-            return tf.cast(tensor, cls.wire_dtype), dtype
-        return tensor, None
-
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TensorFlowCast):
     """Floating tensors travel as float16."""
+
     wire_dtype = tf.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TensorFlowCast):
     """Floating tensors travel as bfloat16 (float32's range, fewer mantissa bits)."""
+
     wire_dtype = tf.bfloat16
 
 
 class Compression:
     """The compressors by name, as Horovod spells them: ``Compression.none``, ``Compression.fp16``."""
+
     none = NoneCompressor
     fp16 = FP16Compressor
     bf16 = BF16Compressor

@@ -90,6 +90,15 @@ def check_size_one():
     checks.close("keras allreduce returns a value", hvdk.allreduce(np.array([2.0, 4.0]), op=hvd.Sum), [2.0, 4.0])
     checks.close("fp16 compression round trip", hvd.allreduce(x, compression=hvd.Compression.fp16).numpy(), x.numpy())
     checks.true("fp16 compression keeps dtype", hvd.allreduce(x, compression=hvd.Compression.fp16).dtype == tf.float32)
+    wide = tf.constant([1.5, -2.0], dtype=tf.float64)
+    for compressor, wire_dtype in ((hvd.Compression.fp16, tf.float16), (hvd.Compression.bf16, tf.bfloat16)):
+        wire, context = compressor.compress(wide)
+        checks.true(f"{compressor.__name__} sends {wire_dtype.name}", wire.dtype == wire_dtype)
+        restored = compressor.decompress(wire, context)
+        checks.true(f"{compressor.__name__} restores float64", restored.dtype == tf.float64)
+        checks.close(f"{compressor.__name__} round trip", restored.numpy(), wide.numpy())
+        ints = tf.constant([3])
+        checks.true(f"{compressor.__name__} leaves ints", compressor.compress(ints)[0] is ints)
     with tf.GradientTape() as tape:
         tape.watch(x)
         loss = tf.reduce_sum(x * x)
