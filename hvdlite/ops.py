@@ -106,8 +106,8 @@ _PREPARED_REQUESTS = {}
 
 def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
     """(PreparedRequest, contiguous array, its entry in _PREPARED_REQUESTS or None) for an all-reduce the C path
-    has no matching request for; a named one is kept for the next calls. Raises for what it cannot be."""
-    _require_init()
+    has no matching request for (which has checked that hvdlite runs); a named one is kept for the next calls.
+    Raises for what it cannot be."""
     array = _contiguous(tensor)
     prepared = PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
                                        dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,

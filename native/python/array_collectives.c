@@ -4,9 +4,9 @@
  * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name. When an
  * array matches its name's request (same dtype, shape, op, scale factors, process set; C-contiguous, native
  * byte order), the call is a dictionary lookup, an output array (recycled, see recycled_output) and one
- * enqueue: no Python runs. Anything
- * else (a new name, another shape, no name, a list, a 0-d or strided array) goes to ops.py's prepare function,
- * which checks the arguments, raises what is wrong, and caches the new request.
+ * enqueue: no Python runs. Anything else (a new name, another shape, no name, a list, a 0-d or strided array)
+ * goes to ops.py's prepare function, which checks the arguments, raises what is wrong, and caches the new
+ * request.
  *
  * The int handles of the NumPy API live in ops.py's pending dict, filled here and by ops.py (track):
  * handle id -> (handle, result). The result is the output array, or a function of the handle for collectives
@@ -137,6 +137,11 @@ static hvdlite_request *request_of(PyObject *prepared) {
   return request;
 }
 
+/* True when entry has the shape of a _PREPARED_REQUESTS value: [address, PreparedRequest, KEPT_OUTPUTS slots]. */
+static int is_prepared_entry(PyObject *entry) {
+  return PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == 2 + KEPT_OUTPUTS;
+}
+
 /* The cached prepared request of name when tensor matches it (a new reference to its entry in *entry), else
  * NULL (with an error set only when something failed, not for a mere miss). */
 static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, const Signature *signature,
@@ -145,7 +150,7 @@ static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, c
   if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
   PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
   if (found == NULL) return NULL;
-  if (!PyList_CheckExact(found) || PyList_GET_SIZE(found) != 2 + KEPT_OUTPUTS) {
+  if (!is_prepared_entry(found)) {
     PyErr_Format(PyExc_TypeError, "prepared request of '%U' must be [address, PreparedRequest, outputs...]", name);
     return NULL;
   }
@@ -189,7 +194,7 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     if (made == NULL) return NULL;
     PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
     if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
-        !(kept == Py_None || (PyList_CheckExact(kept) && PyList_GET_SIZE(kept) == 2 + KEPT_OUTPUTS))) {
+        !(kept == Py_None || is_prepared_entry(kept))) {
       Py_DECREF(made);
       return PyErr_Format(PyExc_TypeError, "prepare must return (PreparedRequest, array, entry or None)");
     }
@@ -243,7 +248,6 @@ static const char *const allreduce_parameters[7] = {"tensor", "average", "name",
 
 /* Binds Horovod's all-reduce arguments, given by position or keyword, to their slots in bound (NULL where the
  * default applies); 0, or -1 with Python's TypeError for a missing, unknown or repeated argument. */
-
 static int bind_allreduce_arguments(const char *function, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames, PyObject **bound) {
   if (nargs > 7) {
