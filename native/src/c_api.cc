@@ -124,7 +124,10 @@ namespace {
 
 int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error, int error_len,
                  bool wait) {
-  std::vector<Entry> entries(std::max(0, count));
+  // Reused by each calling thread: the core moves the entries out, so only the array would be allocated.
+  thread_local std::vector<Entry> entries;
+  entries.clear();
+  entries.resize(std::max(0, count));
   std::string message;
   for (int32_t i = 0; i < count; ++i) {
     if (!ToEntry(requests[i], &entries[i], &message)) {
@@ -133,8 +136,7 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
     }
   }
   Core &core = Core::Get();
-  int code = wait ? core.EnqueueAndWait(std::move(entries), handles, &message)
-                  : core.Enqueue(std::move(entries), handles, &message);
+  int code = wait ? core.EnqueueAndWait(entries, handles, &message) : core.Enqueue(entries, handles, &message);
   if (code < 0) CopyError(message, error, error_len);
   return code;
 }

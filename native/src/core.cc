@@ -75,13 +75,13 @@ Topology Core::topology() {
   return topology_;
 }
 
-int Core::Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error) {
+int Core::Enqueue(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
   // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it.
   std::lock_guard<std::mutex> lock(mutex_);
   return EnqueueLocked(entries, handles, error);
 }
 
-int Core::EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::string *error) {
+int Core::EnqueueAndWait(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
   const size_t count = entries.size();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -133,8 +133,8 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
   // Inserting the names in flight finds duplicates, within the group too; a failed group takes its names back.
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry &e = entries[i];
-    if (!in_flight_[e.process_set_id].insert(e.request.name).second) {
-      for (size_t j = 0; j < i; ++j) in_flight_[entries[j].process_set_id].erase(entries[j].request.name);
+    if (!in_flight_nodes_.Insert(in_flight_[e.process_set_id], e.request.name)) {
+      for (size_t j = 0; j < i; ++j) in_flight_nodes_.Erase(in_flight_[entries[j].process_set_id], entries[j].request.name);
       *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
                "process set " + std::to_string(e.process_set_id) + "; wait for it before submitting the name again";
       return -2;
@@ -166,7 +166,7 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
   int64_t handle = 0;
   std::vector<Entry> entries;
   entries.push_back(std::move(e));
-  int code = Enqueue(std::move(entries), &handle, error);
+  int code = Enqueue(entries, &handle, error);
   return code == 0 ? handle : code;
 }
 
@@ -540,7 +540,7 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     if (it == sets_.end() || !it->second->member()) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        in_flight_[set_id].erase(e.request.name);
+        in_flight_nodes_.Erase(in_flight_[set_id], e.request.name);
       }
       handles_.Fail(e.handle, "process set " + std::to_string(set_id) + " was removed before tensor '" +
                                   e.request.name + "' ran");
@@ -550,9 +550,8 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     e.negotiation_start = now;
     e.request.sender = set.rank;
     if (e.request.collective == Collective::kJoin) set.joined = true;
-    std::string name = e.request.name;
-    set.arrival_order.push_back(name);
-    set.pending.emplace(name, std::move(e));
+    set.arrival_order.push_back(e.request.name);
+    finished_nodes_.Emplace(set.pending, e.request.name, std::move(e));
   }
 }
 
@@ -575,8 +574,8 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
   {
     // Out of flight before the handles complete: a waiter may resubmit the names at once.
     std::lock_guard<std::mutex> lock(mutex_);
-    std::unordered_set<std::string> &names = in_flight_[set.id];
-    for (Entry *e : finished_entries_) names.erase(e->request.name);
+    Names &names = in_flight_[set.id];
+    for (Entry *e : finished_entries_) in_flight_nodes_.Erase(names, e->request.name);
   }
   finished_ += static_cast<int64_t>(finished_entries_.size());
   handles_.CompleteAll(finished_handles_.data(), finished_handles_.size(), [&](size_t i, HandleState &s) {
@@ -587,7 +586,7 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     s.output_shape = std::move(e.output_shape);
     s.received_splits = std::move(e.received_splits);
   }, /*wake=*/false);
-  for (Entry *e : finished_entries_) set.pending.erase(e->request.name);  // the entries are gone after this
+  for (Entry *e : finished_entries_) finished_nodes_.Erase(set.pending, e->request.name);  // gone after this
   handles_.WakeWaiters();
 }
 
@@ -703,7 +702,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
       for (auto &[name, e] : set.pending) {
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          in_flight_[id].erase(name);
+          in_flight_nodes_.Erase(in_flight_[id], name);
         }
         handles_.Fail(e.handle, "process set " + std::to_string(id) + " was removed before tensor '" + name + "' ran");
       }

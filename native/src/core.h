@@ -17,6 +17,7 @@
 #include "autotuner.h"
 #include "collective_executor.h"
 #include "handle_table.h"
+#include "node_pool.h"
 #include "negotiation.h"
 #include "process_set.h"
 #include "timeline.h"
@@ -56,12 +57,13 @@ class Core {
   bool initialized();
   Topology topology();
 
-  // Enqueues requests atomically (several: a group executed together). 0, or a negative code.
-  int Enqueue(std::vector<Entry> entries, int64_t *handles, std::string *error);
+  // Enqueues requests atomically (several: a group executed together), moving them out of entries.
+  // 0, or a negative code.
+  int Enqueue(std::vector<Entry> &entries, int64_t *handles, std::string *error);
   // Enqueue, then Wait for every handle: the background thread starts at once, without a coalescing
   // window and without a second wake-up. A negative code if nothing was enqueued, else 0 (all succeeded)
   // or 1 (some failed: read the handles).
-  int EnqueueAndWait(std::vector<Entry> entries, int64_t *handles, std::string *error);
+  int EnqueueAndWait(std::vector<Entry> &entries, int64_t *handles, std::string *error);
   int64_t EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error);
   int ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks);
   int ProcessSetRank(int32_t id);
@@ -113,7 +115,9 @@ class Core {
   std::condition_variable ready_cv_;  // wakes Init: set-up finished
   std::vector<Entry> queue_;
   // Names of every queued or pending request, per process set id (looked up without building a key).
-  std::unordered_map<int32_t, std::unordered_set<std::string>> in_flight_;
+  using Names = std::unordered_set<std::string>;
+  std::unordered_map<int32_t, Names> in_flight_;
+  NodePool<Names> in_flight_nodes_;  // names out of flight, reused for the next ones
   std::map<int32_t, std::vector<int32_t>> published_sets_;
   std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
@@ -155,6 +159,7 @@ class Core {
   std::vector<Entry *> batch_entries_;
   Clock::time_point last_round_;
   std::vector<Entry> fresh_;
+  NodePool<std::unordered_map<std::string, Entry>> finished_nodes_;  // pending entries that ran, reused
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   MPI_Comm wake_comm_ = MPI_COMM_NULL;

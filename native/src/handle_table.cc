@@ -6,7 +6,7 @@ void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
     handles[i] = next_++;
-    states_.emplace(handles[i], HandleState{});
+    released_.Emplace(states_, handles[i], HandleState{});
   }
 }
 
@@ -49,12 +49,12 @@ int HandleTable::WaitAll(const int64_t *handles, int32_t count) {
 
 void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int32_t i = 0; i < count; ++i) states_.erase(handles[i]);
+  for (int32_t i = 0; i < count; ++i) released_.Erase(states_, handles[i]);
 }
 
 void HandleTable::Release(int64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  states_.erase(handle);
+  released_.Erase(states_, handle);
 }
 
 size_t HandleTable::Size() {

@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node_pool.h"
+
 namespace hvdlite {
 
 struct HandleState {
@@ -82,7 +84,9 @@ class HandleTable {
  private:
   std::mutex mutex_;
   std::condition_variable done_;
-  std::unordered_map<int64_t, HandleState> states_;
+  using States = std::unordered_map<int64_t, HandleState>;
+  States states_;
+  NodePool<States> released_;  // states of released handles, reused by CreateMany
   int64_t next_ = 1;
 };
 

@@ -1,0 +1,68 @@
+// Nodes of a node-based container (unordered_map, unordered_set) kept for reuse: the per-request
+// bookkeeping (handle states, names in flight, pending entries) then costs no heap allocation once the pool
+// has seen the most requests in flight at once. Not thread-safe: guard it with its container's lock.
+#pragma once
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace hvdlite {
+
+template <typename Container>
+class NodePool {
+ public:
+  using Node = typename Container::node_type;
+  using Key = typename Container::key_type;
+
+  // Sets: inserts key, in a spare node when there is one; false when it was there already.
+  bool Insert(Container &c, const Key &key) {
+    if (spare_.empty()) return c.insert(key).second;
+    Node node = Take();
+    node.value() = key;  // assigning a string reuses the node's buffer
+    auto result = c.insert(std::move(node));
+    if (!result.inserted) Keep(std::move(result.node));
+    return result.inserted;
+  }
+
+  // Maps: inserts (key, value) unless key is there; the iterator to key's element either way.
+  template <typename Value>
+  typename Container::iterator Emplace(Container &c, const Key &key, Value &&value) {
+    if (spare_.empty()) return c.try_emplace(key, std::forward<Value>(value)).first;
+    Node node = Take();
+    node.key() = key;
+    node.mapped() = std::forward<Value>(value);
+    auto result = c.insert(std::move(node));
+    if (!result.inserted) Keep(std::move(result.node));
+    return result.position;
+  }
+
+  // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned
+  // (an output, a name) is freed now, not when the node is reused.
+  void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
+  void Erase(Container &c, typename Container::const_iterator position) { Keep(c.extract(position)); }
+
+ private:
+  // Bounded, so that a burst of requests in flight does not pin its memory for the life of the job.
+  static constexpr size_t kMaxSpare = 4096;
+
+  Node Take() {
+    Node node = std::move(spare_.back());
+    spare_.pop_back();
+    return node;
+  }
+  void Keep(Node node) {
+    if (node.empty() || spare_.size() >= kMaxSpare) return;
+    if constexpr (IsMap<Container>::value) node.mapped() = typename Container::mapped_type{};
+    spare_.push_back(std::move(node));
+  }
+
+  template <typename C, typename = void>
+  struct IsMap : std::false_type {};
+  template <typename C>
+  struct IsMap<C, std::void_t<typename C::mapped_type>> : std::true_type {};
+
+  std::vector<Node> spare_;
+};
+
+}  // namespace hvdlite
