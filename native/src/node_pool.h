@@ -25,22 +25,23 @@ class NodePool {
     return result.inserted;
   }
 
-  // Maps: inserts (key, value) unless key is there; the iterator to key's element either way.
+  // Maps: inserts (key, value) unless key is there already.
   template <typename Value>
-  typename Container::iterator Emplace(Container &c, const Key &key, Value &&value) {
-    if (spare_.empty()) return c.try_emplace(key, std::forward<Value>(value)).first;
+  void Emplace(Container &c, const Key &key, Value &&value) {
+    if (spare_.empty()) {
+      c.try_emplace(key, std::forward<Value>(value));
+      return;
+    }
     Node node = Take();
     node.key() = key;
     node.mapped() = std::forward<Value>(value);
     auto result = c.insert(std::move(node));
     if (!result.inserted) Keep(std::move(result.node));
-    return result.position;
   }
 
   // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned
   // (an output, a name) is freed now, not when the node is reused.
   void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
-  void Erase(Container &c, typename Container::const_iterator position) { Keep(c.extract(position)); }
 
  private:
   // Bounded, so that a burst of requests in flight does not pin its memory for the life of the job.
