@@ -17,8 +17,8 @@
 #include "autotuner.h"
 #include "collective_executor.h"
 #include "handle_table.h"
-#include "node_pool.h"
 #include "negotiation.h"
+#include "node_pool.h"
 #include "process_set.h"
 #include "timeline.h"
 
