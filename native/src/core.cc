@@ -515,7 +515,9 @@ void Core::TearDown() {
   quiet_ = false;
   MPI_Comm_free(&wake_comm_);
   for (auto &[id, set] : sets_) {
-    for (auto &[name, e] : set->pending) handles_.Fail(e.handle, kShutDownMessage);
+    for (auto &[name, e] : set->pending) {
+      if (e.state != Entry::State::kFinished) handles_.Fail(e.handle, kShutDownMessage);
+    }
     set->eager.FreeMpiObjects();
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
   }
@@ -550,8 +552,12 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     e.negotiation_start = now;
     e.request.sender = set.rank;
     if (e.request.collective == Collective::kJoin) set.joined = true;
-    set.arrival_order.push_back(e.request.name);
-    finished_nodes_.Emplace(set.pending, e.request.name, std::move(e));
+    const int64_t handle = e.handle;
+    if (Entry *stored = finished_nodes_.Emplace(set.pending, e.request.name, std::move(e))) {
+      set.arrival_order.push_back(stored);
+    } else {  // EnqueueLocked keeps names unique in flight: a broken invariant, not a user error
+      handles_.Fail(handle, "internal error: a request of this name is pending already");
+    }
   }
 }
 
@@ -586,7 +592,8 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     s.output_shape = std::move(e.output_shape);
     s.received_splits = std::move(e.received_splits);
   }, /*wake=*/false);
-  for (Entry *e : finished_entries_) finished_nodes_.Erase(set.pending, e->request.name);  // gone after this
+  // They leave the pending entries at the end of the round (ForgetFinished), all at once.
+  for (Entry *e : finished_entries_) e->state = Entry::State::kFinished;
   handles_.WakeWaiters();
 }
 
@@ -594,11 +601,10 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
   const bool record = timeline_.active();
   eager_finished_.clear();
   for (const EagerResult &eager : done) {
-    const Request &spec = eager.response.spec;
+    const Request &spec = eager.response->spec;
     round_allreduce_bytes_ += spec.NumElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
-    auto it = set.pending.find(spec.name);
-    if (it == set.pending.end()) continue;  // this rank joined: it only contributed zeros
-    Entry &e = it->second;
+    if (!eager.entry) continue;  // this rank joined: it only contributed zeros
+    Entry &e = *eager.entry;
     FinishReduction(e.output, eager.reduced, spec.NumElements(), spec.dtype, spec.op, spec.postscale, set.size);
     if (record) {
       timeline_.Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
@@ -612,18 +618,13 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
 void Core::Execute(ProcessSet &set, const RoundResult &round) {
   FinishEager(set, round.eager);
   if (round.cached.empty() && round.slow_path.empty() && round.eager.empty()) return;
-  auto lookup = [&](const std::string &name) -> Entry * {
-    auto it = set.pending.find(name);
-    return it == set.pending.end() ? nullptr : &it->second;
-  };
   // The collectives of the round and this rank's entry for each (null where it has none: it joined).
   std::vector<const Response *> &collectives = round_collectives_;
   std::vector<Entry *> &their_entries = round_entries_;
   collectives.clear();
   their_entries.clear();
   std::vector<const Response *> changes;
-  auto sort_out = [&](const Response &response) {
-    Entry *local = lookup(response.spec.name);
+  auto sort_out = [&](const Response &response, Entry *local) {
     if (!response.ok()) {
       if (local) Finish(set, *local, response.error);
     } else if (response.spec.collective == Collective::kJoin) {
@@ -637,8 +638,8 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
       their_entries.push_back(local);
     }
   };
-  for (const Response *response : round.cached) sort_out(*response);
-  for (const Response &response : round.slow_path) sort_out(response);
+  for (size_t i = 0; i < round.cached.size(); ++i) sort_out(*round.cached[i], round.cached_entries[i]);
+  for (const Response &response : round.slow_path) sort_out(response, set.FindPending(response.spec.name));
   const bool record = timeline_.active();
   for (const FusedBatch &batch : PlanFusion(collectives, settings_.fusion_threshold_bytes)) {
     std::vector<Entry *> &locals = batch_entries_;
@@ -657,23 +658,20 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     FinishBatch(set, locals.data(), locals.size(), error);
   }
   for (const Response *change : changes) ApplyProcessSetChange(*change);
-  ForgetFinishedArrivals(set);
+  ForgetFinished(set);
 }
 
-void Core::ForgetFinishedArrivals(ProcessSet &set) {
+void Core::ForgetFinished(ProcessSet &set) {
   auto &order = set.arrival_order;
-  if (set.pending.empty()) {
-    order.clear();  // the usual end of a round that ran everything: no lookups
-    return;
-  }
-  order.erase(std::remove_if(order.begin(), order.end(), [&](const std::string &n) { return !set.pending.count(n); }),
+  order.erase(std::remove_if(order.begin(), order.end(),
+                             [](const Entry *e) { return e->state == Entry::State::kFinished; }),
               order.end());
+  finished_nodes_.EraseIf(set.pending, [](const auto &item) { return item.second.state == Entry::State::kFinished; });
 }
 
 void Core::ApplyProcessSetChange(const Response &response) {
   ProcessSet &global = *sets_.at(0);
-  auto it = global.pending.find(response.spec.name);
-  Entry *local = it == global.pending.end() ? nullptr : &it->second;
+  Entry *local = global.FindPending(response.spec.name);
   std::string error;
   int64_t result = 0;
   const std::vector<int32_t> &ranks = response.spec.ranks;
@@ -700,6 +698,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
     } else {
       ProcessSet &set = *target->second;
       for (auto &[name, e] : set.pending) {
+        if (e.state == Entry::State::kFinished) continue;
         {
           std::lock_guard<std::mutex> lock(mutex_);
           in_flight_nodes_.Erase(in_flight_[id], name);
@@ -713,7 +712,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
   }
   PublishProcessSets();
   if (local) Finish(global, *local, error, result);
-  ForgetFinishedArrivals(global);
+  ForgetFinished(global);
 }
 
 }  // namespace hvdlite

@@ -90,8 +90,8 @@ class Core {
   // Finishes what the round completed eagerly, then runs what it made ready.
   void Execute(ProcessSet &set, const RoundResult &round);
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
-  // Drops the names that finished from the set's arrival order.
-  void ForgetFinishedArrivals(ProcessSet &set);
+  // Takes the entries that finished out of the set's pending entries and arrival order.
+  void ForgetFinished(ProcessSet &set);
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
   // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
   void FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,

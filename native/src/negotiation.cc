@@ -43,13 +43,12 @@ void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::
 // Gathers every rank's unannounced requests to the coordinator and broadcasts what completed.
 std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
   std::vector<Request> mine;
-  for (const std::string &name : set.arrival_order) {
-    Entry &e = set.pending.at(name);
-    if (e.state != Entry::State::kUnannounced) continue;
-    e.state = Entry::State::kAnnounced;
-    e.request.sender = set.rank;
-    e.request.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.enqueued).count();
-    mine.push_back(e.request);
+  for (Entry *e : set.arrival_order) {
+    if (e->state != Entry::State::kUnannounced) continue;
+    e->state = Entry::State::kAnnounced;
+    e->request.sender = set.rank;
+    e->request.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e->enqueued).count();
+    mine.push_back(e->request);
   }
   std::vector<uint8_t> sent = EncodeRequests(mine);
   int my_size = static_cast<int>(sent.size());
@@ -115,12 +114,12 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   const double cached_stall_seconds = settings.stall_check_seconds / 2;
   bool slow_path_work = !set.due_failures.empty();
   bool held_too_long = false;
-  for (const std::string &name : set.arrival_order) {
-    Entry &e = set.pending.at(name);
+  for (Entry *entry : set.arrival_order) {
+    Entry &e = *entry;
     const double age = SecondsSince(e.enqueued, now);
     held_too_long |= age > kMaxHoldSeconds;
     if (e.state == Entry::State::kAnnounced) continue;
-    int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(name) : -1;
+    int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(e.request.name) : -1;
     bool stalled = cached_stall_seconds > 0 && age > cached_stall_seconds;
     if (bit >= 0 && (!set.cache.Matches(bit, e.request, set.rank) || stalled)) {
       ClearBit(valid, bit);
@@ -132,6 +131,8 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
     } else {
       e.state = Entry::State::kCached;
       SetBit(ready, bit);
+      set.entry_of_bit[bit] = &e;
+      set.round_cached_bits.push_back(bit);
       if (const EagerSlot *slot = set.eager.Find(bit)) {
         ScaleCopy(payload + slot->offset_bytes, e.input, slot->count, slot->dtype, e.request.prescale);
       }
@@ -172,9 +173,9 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
     for (uint64_t invalid = ~valid[w]; invalid; invalid &= invalid - 1) {
       int32_t bit = w * 64 + __builtin_ctzll(invalid);
       if (bit >= capacity || !set.cache.Used(bit)) continue;
-      auto it = set.pending.find(set.cache.Get(bit).spec.name);
-      if (it != set.pending.end() && it->second.state == Entry::State::kCached) {
-        it->second.state = Entry::State::kUnannounced;
+      if (Entry *e = set.entry_of_bit[bit]) {
+        e->state = Entry::State::kUnannounced;  // goes the slow way
+        set.entry_of_bit[bit] = nullptr;
       }
       set.cache.Erase(bit);
       ClearBit(ready, bit);
@@ -187,13 +188,19 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
       int32_t bit = w * 64 + __builtin_ctzll(word);
       set.cache.Touch(bit);
       ready_bits.push_back(bit);
+      const Response &response = set.cache.Get(bit);
+      Entry *entry = set.entry_of_bit[bit];
+      if (!entry && set.joined) entry = set.FindPending(response.spec.name);  // ready by the join's rule
       if (const EagerSlot *slot = set.eager.Find(bit)) {
-        result.eager.push_back(EagerResult{set.cache.Get(bit), payload + slot->offset_bytes});
+        result.eager.push_back(EagerResult{&response, entry, payload + slot->offset_bytes});
       } else if (!result.held) {
-        result.cached.push_back(&set.cache.Get(bit));
+        result.cached.push_back(&response);
+        result.cached_entries.push_back(entry);
       }
     }
   }
+  for (int32_t bit : set.round_cached_bits) set.entry_of_bit[bit] = nullptr;
+  set.round_cached_bits.clear();
   set.eager.Observe(ready_bits);
   if (!(bits[0] & kNoSlowPathWork)) {
     result.slow_path = SlowPath(set, now);

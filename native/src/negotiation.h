@@ -37,7 +37,8 @@ struct RoundInput {
 // An all-reduce that the round itself completed (eager_allreduce.h): the reduced values, before
 // postscale and the average's division, valid until the set's next round.
 struct EagerResult {
-  Response response;
+  const Response *response;  // in the set's response cache, kept until its next round
+  Entry *entry;              // this rank's request (null: this rank joined, it only contributed zeros)
   const uint8_t *reduced;
 };
 
@@ -47,6 +48,7 @@ struct RoundResult {
   // What runs this round, in this order: the cached responses ready everywhere (bit order; they point into
   // the set's response cache, which keeps them until its next round), then the slow path's.
   std::vector<const Response *> cached;
+  std::vector<Entry *> cached_entries;  // this rank's entry for each of cached (null where it joined)
   std::vector<Response> slow_path;
   std::vector<EagerResult> eager;
   bool shutdown = false;        // some rank asked to shut down (global set only)

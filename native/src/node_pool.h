@@ -25,23 +25,36 @@ class NodePool {
     return result.inserted;
   }
 
-  // Maps: inserts (key, value) unless key is there already.
-  template <typename Value>
-  void Emplace(Container &c, const Key &key, Value &&value) {
+  // Maps: inserts (key, value) unless key is there already; the value as stored, or null when it was.
+  template <typename Value, typename Map = Container>  // Map: mapped_type is looked up only for maps
+  typename Map::mapped_type *Emplace(Container &c, const Key &key, Value &&value) {
     if (spare_.empty()) {
-      c.try_emplace(key, std::forward<Value>(value));
-      return;
+      auto [it, inserted] = c.try_emplace(key, std::forward<Value>(value));
+      return inserted ? &it->second : nullptr;
     }
     Node node = Take();
     node.key() = key;
     node.mapped() = std::forward<Value>(value);
     auto result = c.insert(std::move(node));
-    if (!result.inserted) Keep(std::move(result.node));
+    if (!result.inserted) {
+      Keep(std::move(result.node));
+      return nullptr;
+    }
+    return &result.position->second;
   }
 
   // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned
   // (an output, a name) is freed now, not when the node is reused.
   void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
+
+  // Erase for every element that drop accepts, by position: no key is hashed again.
+  template <typename Predicate>
+  void EraseIf(Container &c, Predicate drop) {
+    for (auto it = c.begin(); it != c.end();) {
+      auto here = it++;
+      if (drop(*here)) Keep(c.extract(here));
+    }
+  }
 
  private:
   // Bounded, so that a burst of requests in flight does not pin its memory for the life of the job.

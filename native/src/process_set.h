@@ -17,7 +17,8 @@ namespace hvdlite {
 
 // A request as its own rank holds it until it has run.
 struct Entry {
-  enum class State { kUnannounced, kCached, kAnnounced };
+  // kFinished: ran (its handle is complete); it leaves the set's pending entries at the end of the round.
+  enum class State { kUnannounced, kCached, kAnnounced, kFinished };
   Request request;
   int32_t process_set_id = 0;
   const void *input = nullptr;
@@ -35,7 +36,7 @@ struct Entry {
 
 struct ProcessSet {
   ProcessSet(int32_t id, std::vector<int32_t> ranks, MPI_Comm comm, int32_t cache_capacity)
-      : id(id), ranks(std::move(ranks)), comm(comm), cache(cache_capacity) {
+      : id(id), ranks(std::move(ranks)), comm(comm), cache(cache_capacity), entry_of_bit(cache.capacity()) {
     if (comm != MPI_COMM_NULL) {
       MPI_Comm_rank(comm, &rank);
       MPI_Comm_size(comm, &size);
@@ -43,20 +44,29 @@ struct ProcessSet {
     }
   }
   bool member() const { return comm != MPI_COMM_NULL; }
+  // This rank's pending entry of that name that has not run, or null.
+  Entry *FindPending(const std::string &name) {
+    auto it = pending.find(name);
+    return it == pending.end() || it->second.state == Entry::State::kFinished ? nullptr : &it->second;
+  }
 
   int32_t id;
   std::vector<int32_t> ranks;  // global ranks, ascending
   MPI_Comm comm;               // MPI_COMM_NULL where this rank is not a member
   int rank = -1;
   int size = 0;
-  std::unordered_map<std::string, Entry> pending;  // submitted here, not yet run
-  std::vector<std::string> arrival_order;          // pending names in submission order
+  std::unordered_map<std::string, Entry> pending;  // submitted here, not yet run (or ran this round)
+  std::vector<Entry *> arrival_order;              // the pending entries in submission order
   ResponseCache cache;
   std::unique_ptr<Coordinator> coordinator;        // rank 0 of the set only
   std::vector<Response> due_failures;              // coordinator: stalled names to fail next round
   Clock::time_point last_stall_check;
   std::vector<uint64_t> round_bits;                // the fast path's bit vector (+ eager payload), reused
   std::vector<int32_t> round_ready_bits;           // cache bits ready everywhere in the last round
+  // During a round: this rank's entry for each cache bit it set (else null), so that the responses agreed
+  // on find their entries without a lookup by name. All null between rounds.
+  std::vector<Entry *> entry_of_bit;
+  std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
   bool joined = false;                             // this rank called join and waits for the others
 };
