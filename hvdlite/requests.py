@@ -118,6 +118,9 @@ class Handle(_hotpath.CoreHandle):
 
 
 _hotpath.set_handle_type(Handle)  # the core's handles are created as this class, from C
+_hotpath.configure_requests(DTYPES)
+_submit_request = _hotpath.submit_request
+_run_request = _hotpath.run_request
 
 
 # The hot path of every collective: names and shapes repeat step after step (gradients), so their C
@@ -258,6 +261,9 @@ def _enqueue(c_request, keepalive, name):
 
 def submit(request):
     """Submits one request; returns its Handle at once."""
+    handle = _submit_request(request)  # the usual request, filled in C; None: one that needs _fill's checks
+    if handle is not None:
+        return handle
     c_request, _owned = _filled(request)
     return _enqueue(c_request, request.keepalive, request.name)
 
@@ -354,6 +360,9 @@ def run(request):
     starts the round at once instead of holding the queue open for more submissions.
     Raises HvdliteError if the collective failed (the handle is released then).
     """
+    handle = _run_request(request)  # filled in C, as submit
+    if handle is not None:
+        return handle
     c_request, _owned = _filled(request)
     buffer = _error_buffer()
     c_handle = ffi.new("hvdlite_handle *")

@@ -293,15 +293,19 @@ static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssiz
 static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   hvdlite_request request;
   if (check_arguments("run", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
+  return run_filled(&request, args[3], args[4]);
+}
+
+PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
   hvdlite_handle id;
-  const int code = run_without_gil(&request, &id);
+  const int code = run_without_gil(request, &id);
   if (code < 0) {
     Py_DECREF(handle);
     return NULL;
   }
-  adopt(handle, id, args[3], args[4]);
+  adopt(handle, id, keepalive, name);
   if (code != 0) {
     raise_handle_error(id, handle->name);
     release_one(handle);
@@ -488,10 +492,11 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   if (hvdlite_error == NULL) return NULL;
   orphans = PyList_New(0);
   if (orphans == NULL) return NULL;
-  if (array_collectives_ready() != 0) return NULL;
+  if (array_collectives_ready() != 0 || request_objects_ready() != 0) return NULL;
   PyObject *module = PyModule_Create(&hotpath_module);
   if (module == NULL) return NULL;
-  if (PyModule_AddFunctions(module, array_collective_functions) != 0 || array_collectives_constants(module) != 0) {
+  if (PyModule_AddFunctions(module, array_collective_functions) != 0 ||
+      PyModule_AddFunctions(module, request_object_functions) != 0 || array_collectives_constants(module) != 0) {
     Py_DECREF(module);
     return NULL;
   }

@@ -26,6 +26,9 @@ HOTPATH_INTERNAL int wait_one(CoreHandle *handle);
 HOTPATH_INTERNAL void release_one(CoreHandle *handle);
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
+/* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)
+ * when the collective failed or the core refused it. */
+HOTPATH_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
 /* hvdlite_run without the GIL: 0 done, 1 failed (the error is raised, the handle released), -1 refused (raised). */
 HOTPATH_INTERNAL int run_request(const hvdlite_request *request, PyObject *name);
 
@@ -33,3 +36,7 @@ HOTPATH_INTERNAL int run_request(const hvdlite_request *request, PyObject *name)
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
 HOTPATH_INTERNAL int array_collectives_ready(void);
 HOTPATH_INTERNAL int array_collectives_constants(PyObject *module); /* 0, or -1 with an error set */
+
+/* request_objects.c: submit_request (a requests.Request filled in C) and its set-up at import. */
+HOTPATH_INTERNAL extern PyMethodDef request_object_functions[];
+HOTPATH_INTERNAL int request_objects_ready(void);

@@ -1,7 +1,8 @@
 """The per-tensor calls made in C (native/python/hotpath.c), on real MPI ranks: prepared requests resubmitted
 with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
 collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
-prepared group pointed at new buffers in one call, and a failing member of wait_all. Every result is checked against a float64 reference.
+prepared group pointed at new buffers in one call, a failing member of wait_all, and one-off Requests (filled in
+C, or by requests.py for what C leaves to it). Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 import hvdlite as hvd
 from hvdlite import _hotpath
-from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, wait_all
+from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, run, submit, wait_all
 from expectations import expect_error
 from reference import check_close, rank_input, reduce_reference
 
@@ -168,11 +169,53 @@ def check_failing_member(rank, size):
         check_close(name, arrays[name], np.full(shapes[name], total), "float32", "beside a failing member")
 
 
+def check_plain_requests(rank, size):
+    # submit(Request), as the adapters' one-off collectives call it: filled in C when it is the usual kind,
+    # by requests.py otherwise (cffi pointers, splits); either way the same results and the same refusals.
+    from hvdlite.requests import address
+    cases = [("float32", (3, 4), "sum", 1.0, 1.0), ("float64", (5,), "average", 1.0, 1.0),
+             ("int32", (2, 2, 2), "max", 1.0, 1.0), ("float32", (6,), "sum", 0.5, 3.0), ("int64", (), "sum", 1.0, 1.0)]
+    ops = {"sum": hvd.Sum, "average": hvd.Average, "max": hvd.Max}
+    for i, (dtype, shape, op_name, pre, post) in enumerate(cases):
+        for pointers in ("ints", "cffi"):
+            name = f"hot.plain.{i}.{pointers}"
+            x = rank_input(dtype, shape, rank, op_name, ("plain", i))
+            out = np.zeros_like(x)
+            where = (x.ctypes.data, out.ctypes.data) if pointers == "ints" else (address(x), address(out))
+            request = Request(Collective.ALLREDUCE, name, dtype, list(shape), *where, op=ops[op_name],
+                              prescale_factor=pre, postscale_factor=post, keepalive=(x, out))
+            handle = submit(request) if i % 2 == 0 else run(request)
+            handle.wait()
+            handle.release()
+            inputs = [rank_input(dtype, shape, r, op_name, ("plain", i)) for r in range(size)]
+            check_close(name, out, reduce_reference(inputs, op_name, pre, post), dtype, f"submit(Request) {pointers}")
+    x = np.arange(4, dtype=np.float32) + rank
+    run(Request(Collective.BROADCAST, "hot.plain.bcast", "float32", x.shape, x.ctypes.data, x.ctypes.data,
+                root_rank=size - 1, keepalive=x)).release()
+    check_close("hot.plain.bcast", x, np.arange(4, dtype=np.float64) + size - 1, "float32", "broadcast")
+    # What C leaves to Python, refused as before, naming the tensor.
+    y = np.ones(4, np.float32)
+    expect_error(TypeError, ["hot.plain.bad", "complex64"],
+                 lambda: submit(Request(Collective.ALLREDUCE, "hot.plain.bad", "complex64", (4,), y.ctypes.data,
+                                        y.ctypes.data, keepalive=y)))
+    expect_error(ValueError, ["not been added"],
+                 lambda: submit(Request(Collective.ALLREDUCE, "hot.plain.set", "float32", (4,), y.ctypes.data,
+                                        y.ctypes.data, process_set=hvd.ProcessSet([0]), keepalive=y)))
+    expect_error(ValueError, ["hot.plain.shape"],
+                 lambda: run(Request(Collective.ALLREDUCE, "hot.plain.shape", "float32", (-4,), y.ctypes.data,
+                                     y.ctypes.data, keepalive=y)))
+    # A collective that fails on every rank (the shapes disagree): run raises its error and releases the handle.
+    z = np.ones(3 + rank, np.float32)
+    expect_error(hvd.HvdliteError, ["hot.plain.disagree", "shape"],
+                 lambda: run(Request(Collective.ALLREDUCE, "hot.plain.disagree", "float32", z.shape, z.ctypes.data,
+                                     z.ctypes.data, keepalive=z)))
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
-                  check_unusable_buffers, check_prepared_group_buffers, check_failing_member):
+                  check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
         check(rank, size)
     assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
     hvd.shutdown()
