@@ -15,55 +15,24 @@ static PyObject *collective_attribute, *name_attribute, *dtype_attribute, *shape
     *output_attribute, *op_attribute, *prescale_attribute, *postscale_attribute, *root_attribute, *splits_attribute,
     *set_attribute, *keepalive_attribute, *set_id_attribute;
 
-/* attribute as a C long into *value; 0, or -1 (with no error left set) when it is missing or not an int. */
-static int long_attribute(PyObject *object, PyObject *attribute, long *value) {
-  PyObject *item = PyObject_GetAttr(object, attribute);
-  if (item == NULL || !PyLong_Check(item)) {
-    Py_XDECREF(item);
-    PyErr_Clear();
-    return -1;
-  }
-  *value = PyLong_AsLong(item);
-  Py_DECREF(item);
-  if (*value == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return -1;
-  }
-  return 0;
-}
+enum Conversion { AS_LONG, AS_DOUBLE, AS_ADDRESS };
 
-/* attribute as a double (an int or a float); 0, or -1 with no error left set. */
-static int double_attribute(PyObject *object, PyObject *attribute, double *value) {
+/* attribute converted into *value (a long, a double from an int or a float, or a void * from an int address);
+ * 0, or -1 with no error left set when it is missing or of another type (a cffi pointer, say). */
+static int number_attribute(PyObject *object, PyObject *attribute, enum Conversion conversion, void *value) {
   PyObject *item = PyObject_GetAttr(object, attribute);
-  if (item == NULL || !(PyFloat_Check(item) || PyLong_Check(item))) {
-    Py_XDECREF(item);
-    PyErr_Clear();
-    return -1;
+  int ok = item != NULL && (PyLong_Check(item) || (conversion == AS_DOUBLE && PyFloat_Check(item)));
+  if (ok) {
+    switch (conversion) {
+      case AS_LONG: *(long *)value = PyLong_AsLong(item); break;
+      case AS_DOUBLE: *(double *)value = PyFloat_AsDouble(item); break;
+      case AS_ADDRESS: *(void **)value = PyLong_AsVoidPtr(item); break;
+    }
+    ok = !PyErr_Occurred();
   }
-  *value = PyFloat_AsDouble(item);
-  Py_DECREF(item);
-  if (*value == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    return -1;
-  }
-  return 0;
-}
-
-/* An integer address attribute (0 for NULL); 0, or -1 with no error left set (a cffi pointer, say). */
-static int address_attribute(PyObject *object, PyObject *attribute, void **value) {
-  PyObject *item = PyObject_GetAttr(object, attribute);
-  if (item == NULL || !PyLong_Check(item)) {
-    Py_XDECREF(item);
-    PyErr_Clear();
-    return -1;
-  }
-  *value = PyLong_AsVoidPtr(item);
-  Py_DECREF(item);
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    return -1;
-  }
-  return 0;
+  Py_XDECREF(item);
+  PyErr_Clear();
+  return ok ? 0 : -1;
 }
 
 /* Shape attribute (a tuple or list of ints, at most MAX_NDIM) into dims; its length, or -1 with no error set. */
@@ -88,7 +57,7 @@ static int shape_attribute_of(PyObject *object, int64_t *dims) {
 static int process_set_id_of(PyObject *request) {
   PyObject *set = PyObject_GetAttr(request, set_attribute);
   long id = -1;
-  if (set == NULL || long_attribute(set, set_id_attribute, &id) != 0) id = -1;
+  if (set == NULL || number_attribute(set, set_id_attribute, AS_LONG, &id) != 0) id = -1;
   Py_XDECREF(set);
   PyErr_Clear();
   return (int)id;
@@ -116,12 +85,14 @@ static int fill(PyObject *request, hvdlite_request *c, int64_t *dims, PyObject *
   c->ndim = shape_attribute_of(request, dims);
   c->shape = dims;
   c->process_set_id = process_set_id_of(request);
-  if (c->ndim < 0 || c->process_set_id < 0 || long_attribute(request, collective_attribute, &collective) != 0 ||
-      long_attribute(request, op_attribute, &op) != 0 || long_attribute(request, root_attribute, &root) != 0 ||
-      double_attribute(request, prescale_attribute, &c->prescale_factor) != 0 ||
-      double_attribute(request, postscale_attribute, &c->postscale_factor) != 0 ||
-      address_attribute(request, input_attribute, &input) != 0 ||
-      address_attribute(request, output_attribute, &c->output) != 0) {
+  if (c->ndim < 0 || c->process_set_id < 0 ||
+      number_attribute(request, collective_attribute, AS_LONG, &collective) != 0 ||
+      number_attribute(request, op_attribute, AS_LONG, &op) != 0 ||
+      number_attribute(request, root_attribute, AS_LONG, &root) != 0 ||
+      number_attribute(request, prescale_attribute, AS_DOUBLE, &c->prescale_factor) != 0 ||
+      number_attribute(request, postscale_attribute, AS_DOUBLE, &c->postscale_factor) != 0 ||
+      number_attribute(request, input_attribute, AS_ADDRESS, &input) != 0 ||
+      number_attribute(request, output_attribute, AS_ADDRESS, &c->output) != 0) {
     goto python;
   }
   c->input = input;
