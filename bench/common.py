@@ -26,10 +26,21 @@ def relaunch_under_mpiexec(nranks=2):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if not os.path.exists(mpiexec):
         mpiexec = "mpiexec"
-    env = dict(os.environ, HVDLITE_BENCH_LAUNCHED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    command = [mpiexec, "-n", str(nranks), sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+    binding = launch_binding(mpiexec, nranks)
+    env = dict(os.environ, HVDLITE_BENCH_LAUNCHED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               HVDLITE_BENCH_BINDING=" ".join(binding))
+    command = [mpiexec, "-n", str(nranks), *binding, sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
     print("$ OMP_NUM_THREADS=%s %s" % (env["OMP_NUM_THREADS"], " ".join(command)), flush=True)
     sys.exit(subprocess.call(command, env=env))
+
+
+def launch_binding(mpiexec, nranks):
+    """mpiexec options binding the ranks as hvdliterun does by default (--bind-to auto): every method compared
+    runs in the same bound processes."""
+    from hvdlite.run import binding
+    from hvdlite.run.mpiexec import detect_flavour
+    return binding.binding_arguments(detect_flavour(mpiexec), binding.plan(binding.AUTO, nranks, None,
+                                                                           binding.allowed_cpus()))
 
 
 def rank():
@@ -106,6 +117,7 @@ def median_ratio(numerators, denominators):
 
 def machine_info():
     import numpy
+    launcher = "OMP_NUM_THREADS=%s mpiexec -n %d" % (os.environ.get("OMP_NUM_THREADS", ""), size())
     info = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -118,8 +130,8 @@ def machine_info():
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
         "load_average": os.getloadavg(),
         "git": _git_revision(),
-        "command": "OMP_NUM_THREADS=%s mpiexec -n %d python %s" % (os.environ.get("OMP_NUM_THREADS", ""), size(),
-                                                                   " ".join(_relative_argv())),
+        "command": " ".join(filter(None, [launcher, os.environ.get("HVDLITE_BENCH_BINDING"), "python",
+                                          *_relative_argv()])),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:

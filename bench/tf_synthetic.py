@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+from hvdlite.run import binding
+from hvdlite.run.mpiexec import detect_flavour
+
 HERE = os.path.abspath(__file__)
 LABELS = {"hvdlite-fit": "hvdlite DistributedOptimizer, model.fit",
           "hvdlite-loop": "hvdlite DistributedOptimizer, custom loop",
@@ -229,15 +232,21 @@ def run_framework(args, framework, workdir):
     result_file = os.path.join(workdir, f"{framework}.json")
     env = worker_env(args)
     command = worker_command(args, framework, result_file)
+    # Bound as hvdliterun binds by default, the MultiWorkerMirroredStrategy workers to the same CPUs as the ranks.
+    placement = binding.plan(binding.AUTO, args.np, None, binding.allowed_cpus())
     if framework.startswith("hvdlite"):
-        processes = [subprocess.Popen([mpiexec_path(), "-n", str(args.np)] + command, env=env)]
+        mpiexec = mpiexec_path()
+        flags = binding.binding_arguments(detect_flavour(mpiexec), placement)
+        processes = [subprocess.Popen([mpiexec, "-n", str(args.np), *flags] + command, env=env)]
     elif framework == "mwms-loop":
         workers = [f"127.0.0.1:{port}" for port in free_ports(args.np)]
         processes = []
         for index in range(args.np):
             worker = dict(env, TF_CONFIG=json.dumps({"cluster": {"worker": workers},
                                                      "task": {"type": "worker", "index": index}}))
-            processes.append(subprocess.Popen(command, env=worker))
+            cpus = placement.cpu_sets[index] if placement.cpu_sets else None
+            bind = (lambda cpus=cpus: os.sched_setaffinity(0, cpus)) if cpus else None
+            processes.append(subprocess.Popen(command, env=worker, preexec_fn=bind))
     else:
         processes = [subprocess.Popen(command, env=env)]
     deadline = time.monotonic() + args.timeout

@@ -1,4 +1,5 @@
 """hvdliterun: command lines for hydra and Open MPI (pure), and real 2-rank jobs (mpi4py only, no native core)."""
+import ast
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import uuid
 import pytest
 
 import hvdlite.run
+from hvdlite.run import binding
 from hvdlite.run.arguments import parse_args
 from hvdlite.run.command import abort_on_exception, build_command
 from hvdlite.run.hosts import Host, parse_host_list, read_hostfile
@@ -87,6 +89,45 @@ def test_flavour_is_read_from_the_version_text():
         flavour_from_version_text("something else")
 
 
+@pytest.mark.parametrize("mode,num_proc,hosts,cpus,expected_sets,expected_share", [
+    ("auto", 2, None, [0, 1], [[0], [1]], 1),
+    ("auto", 2, None, list(range(8)), [[0, 1, 2, 3], [4, 5, 6, 7]], 4),
+    ("auto", 3, None, list(range(8)), [[0, 1], [2, 3], [4, 5]], 2),
+    ("auto", 2, None, [4, 6, 9], [[4], [6]], 1),                     # only the CPUs this process may use
+    ("auto", 3, None, [0, 1], None, 0),                              # more ranks than CPUs: the scheduler's
+    ("cpus", 3, None, [0, 1], [[0], [1], [0]], 1),                   # asked for: ranks share CPUs in turn
+    ("none", 2, None, [0, 1], None, 0),
+    ("auto", 4, [Host("a", 2), Host("b", 2)], [0, 1], None, 0),      # other hosts' CPUs are unknown here
+    ("cpus", 4, [Host("a", 2), Host("b", 2)], list(range(8)), None, 4),
+    ("cpus", 4, [Host("a"), Host("b")], list(range(8)), None, 4),    # no slots: 2 ranks a host
+])
+def test_binding_plan_shares_the_allowed_cpus(mode, num_proc, hosts, cpus, expected_sets, expected_share):
+    placement = binding.plan(mode, num_proc, hosts, cpus)
+    assert (placement.cpu_sets, placement.per_rank) == (expected_sets, expected_share)
+
+
+def test_binding_is_spelled_for_hydra_and_open_mpi():
+    local = binding.plan("auto", 2, None, [0, 1, 2, 3])
+    assert binding.binding_arguments(HYDRA, local) == ["-bind-to", "user:0+1,2+3"]
+    assert binding.binding_arguments(OPENMPI, local) == []  # Open MPI binds by itself
+    remote = binding.plan("cpus", 4, [Host("a", 2), Host("b", 2)], [0, 1, 2, 3])
+    assert binding.binding_arguments(HYDRA, remote) == ["-bind-to", "hwthread:2"]
+    assert binding.binding_arguments(OPENMPI, remote) == ["--use-hwthread-cpus", "--map-by", "slot:PE=2",
+                                                          "--bind-to", "hwthread"]
+    off = binding.plan("none", 2, None, [0, 1])
+    assert binding.binding_arguments(HYDRA, off) == []
+    assert binding.binding_arguments(OPENMPI, off) == ["--bind-to", "none"]
+    argv = build_command(HYDRA, "mpiexec", 2, ["prog"], binding=binding.binding_arguments(HYDRA, local))
+    assert argv == ["mpiexec", "-n", "2", "-bind-to", "user:0+1,2+3", "prog"]
+
+
+def test_bad_bind_to_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["-np", "2", "--bind-to", "socket", "python", "t.py"])
+    assert exit_info.value.code == 2
+    assert "--bind-to" in capsys.readouterr().err
+
+
 def test_tuning_flags_become_hvdlite_variables():
     args = parse_args(["-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5", "--autotune",
                        "--log-level", "debug", "--timeline-filename", "/tmp/t.json", "python", "t.py", "--autotune"])
@@ -144,6 +185,33 @@ def test_two_ranks_run_and_receive_tuning_flags_as_environment(tmp_path):
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("RANK"))
     assert lines == [f"RANK {rank} 2 2.5 {8 << 20} 1" for rank in (0, 1)]
     assert _processes_with_token(token) == []
+
+
+_PRINT_AFFINITY = """
+    import os
+    from mpi4py import MPI
+    sets = MPI.COMM_WORLD.gather(sorted(os.sched_getaffinity(0)))
+    if sets:
+        print("AFFINITY", sets, flush=True)
+"""
+
+
+def _rank_affinities(tmp_path, *flags):
+    result, _, _ = _launch(tmp_path, _PRINT_AFFINITY, *flags)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("AFFINITY"))
+    return ast.literal_eval(line[len("AFFINITY"):].strip())
+
+
+def test_ranks_are_bound_to_disjoint_shares_of_the_cpus_by_default(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    sets = _rank_affinities(tmp_path)
+    if len(allowed) >= 2:  # a CPU or more for each of the 2 ranks: bound, each to its own half
+        assert all(len(cpus) == len(allowed) // 2 and set(cpus) <= set(allowed) for cpus in sets), sets
+        assert not set(sets[0]) & set(sets[1]), sets
+    else:  # one CPU: auto leaves placement to the scheduler
+        assert sets == [allowed, allowed]
+    assert _rank_affinities(tmp_path, "--bind-to", "none") == [allowed, allowed]
 
 
 def test_exit_code_of_the_job_is_forwarded(tmp_path):

@@ -3,6 +3,7 @@ import os
 import shlex
 import sys
 
+from . import binding
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
 from .job import new_job_id, run_job
@@ -36,8 +37,11 @@ def main(argv=None):
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
     env = job_environment(args, os.environ)
     forward = sorted(n for n in os.environ if n.startswith(_FORWARDED_PREFIXES)) if flavour == OPENMPI else ()
+    hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
+    placement = binding.plan(args.bind_to, args.num_proc, hosts, binding.allowed_cpus())
     argv = build_command(flavour, mpiexec, args.num_proc, program, env=env, hosts=args.hosts,
-                         hostfile=args.hostfile, forward_env=forward, run_as_root=os.geteuid() == 0)
+                         hostfile=args.hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
+                         binding=binding.binding_arguments(flavour, placement))
     if args.verbose or args.dry_run:
         print(shlex.join(argv), file=sys.stderr if args.verbose and not args.dry_run else sys.stdout, flush=True)
     if args.dry_run:

@@ -2,6 +2,7 @@
 import argparse
 
 from .. import config
+from . import binding
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = "hvdliterun -np N [-H host:slots,...|--hostfile FILE] [tuning flags] [--verbose] [--dry-run] COMMAND ..."
@@ -30,6 +31,10 @@ def make_parser():
     hosts = parser.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. a:2,b:2 (default: this host)")
     hosts.add_argument("--hostfile", dest="hostfile", help="file of 'host slots=N' or 'host:N' lines")
+    parser.add_argument("--bind-to", dest="bind_to", choices=binding.CHOICES, default=binding.AUTO,
+                        help="CPUs of each rank: 'cpus' binds each to an equal share of the host's CPUs, 'none' "
+                             "leaves placement to the scheduler, 'auto' (default) binds when the job runs on this "
+                             "host alone with a CPU for every rank (Open MPI: its own default binding)")
     parser.add_argument("--mpiexec", help="mpiexec to use (default: the one of the MPI hvdlite was built with)")
     parser.add_argument("--no-abort-on-exception", dest="abort_on_exception", action="store_false",
                         help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
