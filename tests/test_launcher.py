@@ -106,6 +106,15 @@ def test_binding_plan_shares_the_allowed_cpus(mode, num_proc, hosts, cpus, expec
     assert (placement.cpu_sets, placement.per_rank) == (expected_sets, expected_share)
 
 
+def test_hardware_threads_of_a_core_stay_together_in_a_share():
+    siblings = {cpu: (0, cpu % 4) for cpu in range(8)}  # 4 cores, threads numbered i and i + 4 (Linux's usual)
+    cpus = binding.ordered_by_core(range(8), siblings.get)
+    assert cpus == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert binding.plan("auto", 2, None, cpus).cpu_sets == [[0, 4, 1, 5], [2, 6, 3, 7]]
+    assert binding.ordered_by_core([3, 1, 2], lambda cpu: None) == [1, 2, 3]  # no topology: by number
+    assert binding.allowed_cpus() and set(binding.allowed_cpus()) == set(os.sched_getaffinity(0))
+
+
 def test_binding_is_spelled_for_hydra_and_open_mpi():
     local = binding.plan("auto", 2, None, [0, 1, 2, 3])
     assert binding.binding_arguments(HYDRA, local) == ["-bind-to", "user:0+1,2+3"]

@@ -25,11 +25,30 @@ class Binding:
 
 
 def allowed_cpus():
-    """The CPUs this process may run on (its affinity mask, which containers and batch systems narrow)."""
+    """The CPUs this process may run on (its affinity mask, which containers and batch systems narrow), the
+    hardware threads of a core next to each other, so that a rank's share is whole cores where it can be."""
     try:
-        return sorted(os.sched_getaffinity(0))
+        cpus = os.sched_getaffinity(0)
     except (AttributeError, OSError):
-        return list(range(os.cpu_count() or 1))
+        cpus = range(os.cpu_count() or 1)
+    return ordered_by_core(cpus, _read_topology)
+
+
+def ordered_by_core(cpus, topology):
+    """cpus sorted by (package, core, cpu); topology(cpu) gives (package, core), or None where unknown."""
+    def key(cpu):
+        place = topology(cpu)
+        return (0, place[0], place[1], cpu) if place else (1, 0, 0, cpu)
+    return sorted(cpus, key=key)
+
+
+def _read_topology(cpu):
+    base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    try:
+        with open(base + "physical_package_id") as package, open(base + "core_id") as core:
+            return int(package.read()), int(core.read())
+    except (OSError, ValueError):
+        return None
 
 
 def ranks_per_host(num_proc, hosts):
