@@ -223,7 +223,7 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     filled.input = PyArray_DATA((PyArrayObject *)array);
     filled.output = PyArray_DATA((PyArrayObject *)output);
     if (wait) {
-      if (run_request(&filled, name) == 0) result = Py_NewRef(output);
+      if (run_and_release(&filled, name) == 0) result = Py_NewRef(output);
     } else {
       PyObject *keepalive = PyTuple_Pack(2, array, output);
       PyObject *handle = keepalive ? enqueue(&filled, keepalive, name) : NULL;

@@ -232,7 +232,7 @@ static int run_without_gil(const hvdlite_request *request, hvdlite_handle *id) {
   return code;
 }
 
-int run_request(const hvdlite_request *request, PyObject *name) {
+int run_and_release(const hvdlite_request *request, PyObject *name) {
   hvdlite_handle id;
   const int code = run_without_gil(request, &id);
   if (code < 0) return -1;

@@ -29,8 +29,9 @@ HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *kee
 /* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)
  * when the collective failed or the core refused it. */
 HOTPATH_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
-/* hvdlite_run without the GIL: 0 done, 1 failed (the error is raised, the handle released), -1 refused (raised). */
-HOTPATH_INTERNAL int run_request(const hvdlite_request *request, PyObject *name);
+/* hvdlite_run without the GIL, then the handle released: 0 done, 1 failed (the error raised), -1 refused
+ * (raised). For callers that need only the outputs (the numpy all-reduce). */
+HOTPATH_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *name);
 
 /* array_collectives.c: its module functions, and its set-up at import (0, or -1 with an error set). */
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
