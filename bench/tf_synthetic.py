@@ -232,7 +232,8 @@ def run_framework(args, framework, workdir):
     result_file = os.path.join(workdir, f"{framework}.json")
     env = worker_env(args)
     command = worker_command(args, framework, result_file)
-    # Bound as hvdliterun binds by default, the MultiWorkerMirroredStrategy workers to the same CPUs as the ranks.
+    # hvdlite's ranks bound as hvdliterun binds them by default; the MultiWorkerMirroredStrategy workers pinned
+    # to the same CPUs, so that both frameworks run alike.
     placement = binding.plan(binding.AUTO, args.np, None, binding.allowed_cpus())
     if framework.startswith("hvdlite"):
         mpiexec = mpiexec_path()

@@ -5,7 +5,8 @@ from .. import config
 from . import binding
 from .hosts import parse_host_list, read_hostfile
 
-USAGE = "hvdliterun -np N [-H host:slots,...|--hostfile FILE] [tuning flags] [--verbose] [--dry-run] COMMAND ..."
+USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--bind-to auto|cpus|none] [tuning flags] [--verbose] "
+         "[--dry-run] COMMAND ...")
 
 
 def _add_tuning_flags(parser):
