@@ -134,7 +134,9 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry &e = entries[i];
     if (!in_flight_nodes_.Insert(in_flight_[e.process_set_id], e.request.name)) {
-      for (size_t j = 0; j < i; ++j) in_flight_nodes_.Erase(in_flight_[entries[j].process_set_id], entries[j].request.name);
+      for (size_t j = 0; j < i; ++j) {
+        in_flight_nodes_.Erase(in_flight_[entries[j].process_set_id], entries[j].request.name);
+      }
       *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
                "process set " + std::to_string(e.process_set_id) + "; wait for it before submitting the name again";
       return -2;
@@ -540,12 +542,7 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     int32_t set_id = e.process_set_id;
     auto it = sets_.find(set_id);
     if (it == sets_.end() || !it->second->member()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        in_flight_nodes_.Erase(in_flight_[set_id], e.request.name);
-      }
-      handles_.Fail(e.handle, "process set " + std::to_string(set_id) + " was removed before tensor '" +
-                                  e.request.name + "' ran");
+      FailForRemovedSet(set_id, e.request.name, e.handle);
       continue;
     }
     ProcessSet &set = *it->second;
@@ -564,6 +561,14 @@ void Core::Distribute(std::vector<Entry> &fresh) {
 void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result) {
   Entry *one = &entry;
   FinishBatch(set, &one, 1, error, result);
+}
+
+void Core::FailForRemovedSet(int32_t set_id, const std::string &name, int64_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_nodes_.Erase(in_flight_[set_id], name);
+  }
+  handles_.Fail(handle, "process set " + std::to_string(set_id) + " was removed before tensor '" + name + "' ran");
 }
 
 void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
@@ -698,12 +703,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
     } else {
       ProcessSet &set = *target->second;
       for (auto &[name, e] : set.pending) {
-        if (e.state == Entry::State::kFinished) continue;
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          in_flight_nodes_.Erase(in_flight_[id], name);
-        }
-        handles_.Fail(e.handle, "process set " + std::to_string(id) + " was removed before tensor '" + name + "' ran");
+        if (e.state != Entry::State::kFinished) FailForRemovedSet(id, name, e.handle);
       }
       set.eager.FreeMpiObjects();
       if (set.member()) MPI_Comm_free(&set.comm);

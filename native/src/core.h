@@ -87,6 +87,8 @@ class Core {
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
   void Distribute(std::vector<Entry> &fresh);
+  // A request whose process set was removed before it ran: out of flight, its handle failed.
+  void FailForRemovedSet(int32_t set_id, const std::string &name, int64_t handle);
   // Finishes what the round completed eagerly, then runs what it made ready.
   void Execute(ProcessSet &set, const RoundResult &round);
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
