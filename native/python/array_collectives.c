@@ -38,15 +38,24 @@ typedef struct {
   int process_set_id;
 } Signature;
 
+int process_set_id_of(PyObject *process_set) {
+  PyObject *set_id = PyObject_GetAttr(process_set, set_id_attribute);
+  long id = set_id != NULL && PyLong_Check(set_id) ? PyLong_AsLong(set_id) : -1;
+  Py_XDECREF(set_id);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    id = -1;
+  }
+  return (int)id;
+}
+
 /* The signature of (op, prescale, postscale, process_set) arguments; 0 when one is not what a prepared request
  * holds (not a number, a process set not added): then Python decides, and raises what it must. */
 static int signature_of(PyObject *const *args, Signature *signature) {
-  PyObject *set_id = PyObject_GetAttr(args[3], set_id_attribute);
+  signature->process_set_id = process_set_id_of(args[3]);  /* first: it clears what it raises */
   signature->op = (int)PyLong_AsLong(args[0]);
   signature->prescale_factor = PyFloat_AsDouble(args[1]);
   signature->postscale_factor = PyFloat_AsDouble(args[2]);
-  signature->process_set_id = set_id != NULL && PyLong_Check(set_id) ? (int)PyLong_AsLong(set_id) : -1;
-  Py_XDECREF(set_id);
   if (PyErr_Occurred()) {
     PyErr_Clear();
     return 0;

@@ -37,6 +37,8 @@ HOTPATH_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *n
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
 HOTPATH_INTERNAL int array_collectives_ready(void);
 HOTPATH_INTERNAL int array_collectives_constants(PyObject *module); /* 0, or -1 with an error set */
+/* A ProcessSet's process_set_id, or -1 with no error set when it has none (not added to hvdlite yet). */
+HOTPATH_INTERNAL int process_set_id_of(PyObject *process_set);
 
 /* request_objects.c: submit_request (a requests.Request filled in C) and its set-up at import. */
 HOTPATH_INTERNAL extern PyMethodDef request_object_functions[];

@@ -14,7 +14,7 @@
 static PyObject *dtypes; /* requests.DTYPES: core dtype name -> its hvdlite_dtype value */
 static PyObject *collective_attribute, *name_attribute, *dtype_attribute, *shape_attribute, *input_attribute,
     *output_attribute, *op_attribute, *prescale_attribute, *postscale_attribute, *root_attribute, *splits_attribute,
-    *set_attribute, *keepalive_attribute, *set_id_attribute;
+    *set_attribute, *keepalive_attribute;
 
 enum Conversion { AS_LONG, AS_DOUBLE, AS_ADDRESS };
 
@@ -54,14 +54,13 @@ static int shape_attribute_of(PyObject *object, int64_t *dims) {
   return ndim;
 }
 
-/* The request's process set id (its process_set_id), or -1 with no error set when the set was not added. */
-static int process_set_id_of(PyObject *request) {
+/* The request's process set id, or -1 with no error set when the set was not added. */
+static int request_set_id(PyObject *request) {
   PyObject *set = PyObject_GetAttr(request, set_attribute);
-  long id = -1;
-  if (set == NULL || number_attribute(set, set_id_attribute, AS_LONG, &id) != 0) id = -1;
+  const int id = set != NULL ? process_set_id_of(set) : -1;
   Py_XDECREF(set);
   PyErr_Clear();
-  return (int)id;
+  return id;
 }
 
 /* Fills c from request; 0, or -1 (no error set) when Python must fill it. name: the request's name (new ref). */
@@ -85,7 +84,7 @@ static int fill(PyObject *request, hvdlite_request *c, int64_t *dims, PyObject *
   c->dtype = (int)PyLong_AsLong(dtype);
   c->ndim = shape_attribute_of(request, dims);
   c->shape = dims;
-  c->process_set_id = process_set_id_of(request);
+  c->process_set_id = request_set_id(request);
   if (c->ndim < 0 || c->process_set_id < 0 ||
       number_attribute(request, collective_attribute, AS_LONG, &collective) != 0 ||
       number_attribute(request, op_attribute, AS_LONG, &op) != 0 ||
@@ -160,7 +159,7 @@ int request_objects_ready(void) {
                {&op_attribute, "op"}, {&prescale_attribute, "prescale_factor"},
                {&postscale_attribute, "postscale_factor"}, {&root_attribute, "root_rank"},
                {&splits_attribute, "splits"}, {&set_attribute, "process_set"},
-               {&keepalive_attribute, "keepalive"}, {&set_id_attribute, "process_set_id"}};
+               {&keepalive_attribute, "keepalive"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     *names[i].slot = PyUnicode_InternFromString(names[i].text);
     if (*names[i].slot == NULL) return -1;
