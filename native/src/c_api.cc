@@ -30,6 +30,7 @@ bool ToEntry(const hvdlite_request &r, Entry *e, std::string *error) {
     *error = "Malformed request for tensor '" + std::string(r.name) + "'";
     return false;
   }
+  e->Recycle();  // the buffers of its last request are reused
   e->request.name = r.name;
   e->request.collective = static_cast<Collective>(r.collective);
   e->request.dtype = static_cast<DataType>(r.dtype);
@@ -124,10 +125,9 @@ namespace {
 
 int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error, int error_len,
                  bool wait) {
-  // Reused by each calling thread: the core moves the entries out, so only the array would be allocated.
+  // Reused by each calling thread, names and shapes included: the core copies the entries.
   thread_local std::vector<Entry> entries;
-  entries.clear();
-  entries.resize(std::max(0, count));
+  if (entries.size() < static_cast<size_t>(std::max(0, count))) entries.resize(count);
   std::string message;
   for (int32_t i = 0; i < count; ++i) {
     if (!ToEntry(requests[i], &entries[i], &message)) {
@@ -136,7 +136,9 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
     }
   }
   Core &core = Core::Get();
-  int code = wait ? core.EnqueueAndWait(entries, handles, &message) : core.Enqueue(entries, handles, &message);
+  const size_t n = static_cast<size_t>(std::max(0, count));
+  int code = wait ? core.EnqueueAndWait(entries.data(), n, handles, &message)
+                  : core.Enqueue(entries.data(), n, handles, &message);
   if (code < 0) CopyError(message, error, error_len);
   return code;
 }

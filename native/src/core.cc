@@ -33,7 +33,7 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
     thread_.join();
     lock.lock();
   }
-  queue_.clear();
+  queue_.Clear();
   in_flight_.clear();
   set_up_done_ = false;
   shutdown_requested_ = false;
@@ -75,29 +75,29 @@ Topology Core::topology() {
   return topology_;
 }
 
-int Core::Enqueue(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
+int Core::Enqueue(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
   // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it.
   std::lock_guard<std::mutex> lock(mutex_);
-  return EnqueueLocked(entries, handles, error);
+  return EnqueueLocked(entries, count, handles, error);
 }
 
-int Core::EnqueueAndWait(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
-  const size_t count = entries.size();
+int Core::EnqueueAndWait(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    int code = EnqueueLocked(entries, handles, error);
+    int code = EnqueueLocked(entries, count, handles, error);
     if (code != 0) return code;
     ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
   return WaitAsCaller(handles, static_cast<int32_t>(count)) == 0 ? 0 : 1;
 }
 
-int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error) {
+int Core::EnqueueLocked(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
   if (!running_ || shutdown_requested_) {
     *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
     return -3;
   }
-  for (Entry &e : entries) {
+  for (size_t i = 0; i < count; ++i) {
+    const Entry &e = entries[i];
     int32_t set_id = e.process_set_id;
     auto members = published_sets_.find(set_id);
     if (members == published_sets_.end()) {
@@ -131,7 +131,7 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
     }
   }
   // Inserting the names in flight finds duplicates, within the group too; a failed group takes its names back.
-  for (size_t i = 0; i < entries.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const Entry &e = entries[i];
     if (!in_flight_nodes_.Insert(in_flight_[e.process_set_id], e.request.name)) {
       for (size_t j = 0; j < i; ++j) {
@@ -142,15 +142,14 @@ int Core::EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::stri
       return -2;
     }
   }
-  int32_t group_id = entries.size() > 1 ? next_group_id_++ : 0;
+  int32_t group_id = count > 1 ? next_group_id_++ : 0;
   auto now = Clock::now();
-  handles_.CreateMany(handles, entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    Entry &e = entries[i];
-    e.request.group_id = group_id;
-    e.enqueued = now;
-    e.handle = handles[i];
-    queue_.push_back(std::move(e));
+  handles_.CreateMany(handles, count);
+  for (size_t i = 0; i < count; ++i) {
+    Entry &queued = queue_.Push(entries[i]);
+    queued.request.group_id = group_id;
+    queued.enqueued = now;
+    queued.handle = handles[i];
   }
   return 0;
 }
@@ -166,9 +165,7 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
   e.request.ranks = std::move(ranks);
   e.process_set_id = 0;  // changes are agreed on by the whole job
   int64_t handle = 0;
-  std::vector<Entry> entries;
-  entries.push_back(std::move(e));
-  int code = Enqueue(entries, &handle, error);
+  int code = Enqueue(&e, 1, &handle, error);
   return code == 0 ? handle : code;
 }
 
@@ -392,7 +389,7 @@ bool Core::Iterate() {
   last_round_ = now;
   timeline_.MarkCycle(now);
   Distribute(fresh_);
-  fresh_.clear();
+  fresh_.Clear();
   input.idle = NothingPending();
   if (autotuner_) {
     input.coordinator_words[0] = static_cast<uint64_t>(autotuner_->fusion_threshold_bytes());
@@ -501,7 +498,7 @@ void Core::ReceiveWakes(int32_t count) {
 }
 
 void Core::TearDown() {
-  std::vector<Entry> queued;
+  EntryQueue queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
@@ -536,7 +533,7 @@ void Core::TearDown() {
   published_set_rank_.clear();
 }
 
-void Core::Distribute(std::vector<Entry> &fresh) {
+void Core::Distribute(EntryQueue &fresh) {
   auto now = Clock::now();
   for (Entry &e : fresh) {
     int32_t set_id = e.process_set_id;
@@ -550,7 +547,8 @@ void Core::Distribute(std::vector<Entry> &fresh) {
     e.request.sender = set.rank;
     if (e.request.collective == Collective::kJoin) set.joined = true;
     const int64_t handle = e.handle;
-    if (Entry *stored = finished_nodes_.Emplace(set.pending, e.request.name, std::move(e))) {
+    // Swapped into a spare node: e gets back that node's buffers, for a request to come.
+    if (Entry *stored = finished_nodes_.Adopt(set.pending, e.request.name, e)) {
       set.arrival_order.push_back(stored);
     } else {  // EnqueueLocked keeps names unique in flight: a broken invariant, not a user error
       handles_.Fail(handle, "internal error: a request of this name is pending already");

@@ -16,6 +16,7 @@
 
 #include "autotuner.h"
 #include "collective_executor.h"
+#include "entry_queue.h"
 #include "handle_table.h"
 #include "negotiation.h"
 #include "node_pool.h"
@@ -57,13 +58,13 @@ class Core {
   bool initialized();
   Topology topology();
 
-  // Enqueues requests atomically (several: a group executed together), moving them out of entries.
-  // 0, or a negative code.
-  int Enqueue(std::vector<Entry> &entries, int64_t *handles, std::string *error);
+  // Enqueues requests atomically (several: a group executed together), copying them: entries keep their
+  // buffers for the caller's next requests. 0, or a negative code.
+  int Enqueue(const Entry *entries, size_t count, int64_t *handles, std::string *error);
   // Enqueue, then Wait for every handle: the background thread starts at once, without a coalescing
   // window and without a second wake-up. A negative code if nothing was enqueued, else 0 (all succeeded)
   // or 1 (some failed: read the handles).
-  int EnqueueAndWait(std::vector<Entry> &entries, int64_t *handles, std::string *error);
+  int EnqueueAndWait(const Entry *entries, size_t count, int64_t *handles, std::string *error);
   int64_t EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error);
   int ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks);
   int ProcessSetRank(int32_t id);
@@ -76,7 +77,7 @@ class Core {
   HandleTable &handles() { return handles_; }
 
  private:
-  int EnqueueLocked(std::vector<Entry> &entries, int64_t *handles, std::string *error);
+  int EnqueueLocked(const Entry *entries, size_t count, int64_t *handles, std::string *error);
   // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
   // the handles (HandleTable::WaitAll's result) and lowers it.
   int WaitAsCaller(const int64_t *handles, int32_t count);
@@ -86,7 +87,7 @@ class Core {
   bool Iterate();
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
-  void Distribute(std::vector<Entry> &fresh);
+  void Distribute(EntryQueue &fresh);
   // A request whose process set was removed before it ran: out of flight, its handle failed.
   void FailForRemovedSet(int32_t set_id, const std::string &name, int64_t handle);
   // Finishes what the round completed eagerly, then runs what it made ready.
@@ -115,7 +116,7 @@ class Core {
   std::mutex mutex_;
   std::condition_variable work_cv_;   // wakes the background thread: new work or shutdown
   std::condition_variable ready_cv_;  // wakes Init: set-up finished
-  std::vector<Entry> queue_;
+  EntryQueue queue_;
   // Names of every queued or pending request, per process set id (looked up without building a key).
   using Names = std::unordered_set<std::string>;
   std::unordered_map<int32_t, Names> in_flight_;
@@ -160,7 +161,7 @@ class Core {
   std::vector<Entry *> round_entries_;
   std::vector<Entry *> batch_entries_;
   Clock::time_point last_round_;
-  std::vector<Entry> fresh_;
+  EntryQueue fresh_;
   NodePool<std::unordered_map<std::string, Entry>> finished_nodes_;  // pending entries that ran, reused
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;

@@ -1,6 +1,8 @@
 // Nodes of a node-based container (unordered_map, unordered_set) kept for reuse: the per-request
 // bookkeeping (handle states, names in flight, pending entries) then costs no heap allocation once the pool
 // has seen the most requests in flight at once. Not thread-safe: guard it with its container's lock.
+// A map's value is reset as its node is kept: with Recycle() (an Entry) it keeps its buffers, else it is
+// assigned a new value.
 #pragma once
 #include <cstddef>
 #include <type_traits>
@@ -43,6 +45,27 @@ class NodePool {
     return &result.position->second;
   }
 
+  // Maps: inserts (key, value) unless key is there already, swapping value with a spare node's recycled one,
+  // so that value gets that one's buffers for its next use. The value as stored, or null when key was there
+  // (value then unchanged).
+  template <typename Map = Container>
+  typename Map::mapped_type *Adopt(Container &c, const Key &key, typename Map::mapped_type &value) {
+    if (spare_.empty()) {
+      auto [it, inserted] = c.try_emplace(key, std::move(value));
+      return inserted ? &it->second : nullptr;
+    }
+    Node node = Take();
+    node.key() = key;
+    std::swap(node.mapped(), value);
+    auto result = c.insert(std::move(node));
+    if (!result.inserted) {
+      std::swap(result.node.mapped(), value);
+      Keep(std::move(result.node));
+      return nullptr;
+    }
+    return &result.position->second;
+  }
+
   // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned
   // (an output, a name) is freed now, not when the node is reused.
   void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
@@ -67,7 +90,10 @@ class NodePool {
   }
   void Keep(Node node) {
     if (node.empty() || spare_.size() >= kMaxSpare) return;
-    if constexpr (IsMap<Container>::value) node.mapped() = typename Container::mapped_type{};
+    if constexpr (IsMap<Container>::value) {
+      if constexpr (HasRecycle<typename Container::mapped_type>::value) node.mapped().Recycle();
+      else node.mapped() = typename Container::mapped_type{};
+    }
     spare_.push_back(std::move(node));
   }
 
@@ -75,6 +101,11 @@ class NodePool {
   struct IsMap : std::false_type {};
   template <typename C>
   struct IsMap<C, std::void_t<typename C::mapped_type>> : std::true_type {};
+
+  template <typename V, typename = void>
+  struct HasRecycle : std::false_type {};
+  template <typename V>
+  struct HasRecycle<V, std::void_t<decltype(std::declval<V &>().Recycle())>> : std::true_type {};
 
   std::vector<Node> spare_;
 };

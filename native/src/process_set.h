@@ -32,6 +32,18 @@ struct Entry {
   std::vector<uint8_t> core_output;
   std::vector<int64_t> output_shape;
   std::vector<int32_t> received_splits;
+
+  // Back to a new entry's values, keeping only the buffers of its name and shape for the next request that
+  // reuses this entry (a queue slot, a pending entry's node); results the core allocated are freed.
+  void Recycle() {
+    std::string name = std::move(request.name);
+    std::vector<int64_t> shape = std::move(request.shape);
+    *this = Entry{};
+    name.clear();
+    shape.clear();
+    request.name = std::move(name);
+    request.shape = std::move(shape);
+  }
 };
 
 struct ProcessSet {
