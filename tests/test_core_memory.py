@@ -1,4 +1,9 @@
 """Memory is bounded: handles are freed and buffers reused, so nothing grows with the number of steps."""
+import os
+import shutil
+import subprocess
+import sys
+
 from conftest import assert_ran_ok, run_mpi
 
 STEPS = """
@@ -40,3 +45,73 @@ def test_memory_does_not_grow_with_steps(tmp_path):
     script.write_text(STEPS)
     # A small cache makes eviction part of every step.
     assert_ran_ok(run_mpi(2, str(script), env={"HVDLITE_CACHE_CAPACITY": "64"}, timeout=400), 2)
+
+
+# Counts every malloc of the process it is preloaded into; the worker reads the count through ctypes.
+MALLOC_COUNTER = r"""
+#include <dlfcn.h>
+#include <atomic>
+#include <cstddef>
+static std::atomic<long> calls{0};
+extern "C" void *malloc(size_t size) {
+  static void *(*real)(size_t) = reinterpret_cast<void *(*)(size_t)>(dlsym(RTLD_NEXT, "malloc"));
+  calls.fetch_add(1, std::memory_order_relaxed);
+  return real(size);
+}
+extern "C" long hvdlite_test_malloc_calls() { return calls.load(); }
+"""
+
+REQUESTS = """
+import ctypes, sys
+import numpy as np
+import hvdlite as hvd
+from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request
+
+counter = ctypes.CDLL(sys.argv[1])
+counter.hvdlite_test_malloc_calls.restype = ctypes.c_long
+hvd.init()
+count = 64
+xs = [np.full(256, float(hvd.rank() + i), dtype=np.float32) for i in range(count)]
+outs = [np.empty_like(x) for x in xs]
+# Names longer than a std::string keeps inline, as a model's parameter names are.
+requests = [Request(Collective.ALLREDUCE, f"model.layers.{i}.attention.weight", "float32", x.shape,
+                    x.ctypes.data, out.ctypes.data, op=hvd.Sum, keepalive=(x, out))
+            for i, (x, out) in enumerate(zip(xs, outs))]
+one_by_one = [(PreparedRequest(r), r.input_ptr, r.output_ptr, r.keepalive) for r in requests]
+group = PreparedGroup(requests)
+expected = [sum(r + i for r in range(hvd.size())) for i in range(count)]
+
+def step():
+    handles = [p.submit(x, out, keep) for p, x, out, keep in one_by_one]
+    for h in handles:
+        h.wait()
+        h.release()
+    g = group.submit()
+    g.wait()
+    g.release()
+    assert [o[0] for o in outs] == expected
+
+for _ in range(50):
+    step()
+before = counter.hvdlite_test_malloc_calls()
+steps = 200
+for _ in range(steps):
+    step()
+per_request = (counter.hvdlite_test_malloc_calls() - before) / (steps * 2 * count)
+# Each request used to allocate its name and shape on the caller's thread (2 per request); now the core's
+# queue and pending entries pass the same buffers round.
+assert per_request < 0.5, f"{per_request:.2f} mallocs per request in steady state"
+print("WORKER OK", round(per_request, 3))
+"""
+
+
+def test_requests_allocate_nothing_in_steady_state(tmp_path):
+    source = tmp_path / "malloc_counter.cc"
+    source.write_text(MALLOC_COUNTER)
+    library = tmp_path / "malloc_counter.so"
+    compiler = shutil.which("mpicxx") or os.path.join(sys.prefix, "bin", "mpicxx")
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", str(source), "-o", str(library), "-ldl"], check=True)
+    script = tmp_path / "requests.py"
+    script.write_text(REQUESTS)
+    result = run_mpi(2, str(script), str(library), env={"LD_PRELOAD": str(library)})
+    assert_ran_ok(result, 2)

@@ -20,8 +20,15 @@ class EntryQueue {
     slot = e;
     return slot;
   }
-  // Forgets the entries; their slots keep their buffers for the next ones.
-  void Clear() { used_ = 0; }
+  // Forgets the entries; their slots keep their buffers for the next ones, up to a bound, so that one burst of
+  // requests does not pin its memory for the life of the job.
+  void Clear() {
+    used_ = 0;
+    if (slots_.size() > kMaxKept) {
+      slots_.resize(kMaxKept);
+      slots_.shrink_to_fit();
+    }
+  }
   void swap(EntryQueue &other) {
     slots_.swap(other.slots_);
     std::swap(used_, other.used_);
@@ -33,6 +40,8 @@ class EntryQueue {
   Entry *end() { return slots_.data() + used_; }
 
  private:
+  static constexpr size_t kMaxKept = 4096;  // as NodePool's spare nodes
+
   std::vector<Entry> slots_;
   size_t used_ = 0;
 };
