@@ -66,8 +66,8 @@ class NodePool {
     return &result.position->second;
   }
 
-  // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned
-  // (an output, a name) is freed now, not when the node is reused.
+  // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned (an
+  // output, an error) is freed now, not when the node is reused; an Entry keeps only its emptied name and shape.
   void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
 
   // Erase for every element that drop accepts, by position: no key is hashed again.
