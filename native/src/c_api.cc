@@ -127,7 +127,8 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
                  bool wait) {
   // Reused by each calling thread, names and shapes included: the core copies the entries.
   thread_local std::vector<Entry> entries;
-  if (entries.size() < static_cast<size_t>(std::max(0, count))) entries.resize(count);
+  const size_t n = static_cast<size_t>(std::max(0, count));
+  if (entries.size() < n) entries.resize(n);
   std::string message;
   for (int32_t i = 0; i < count; ++i) {
     if (!ToEntry(requests[i], &entries[i], &message)) {
@@ -136,7 +137,6 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
     }
   }
   Core &core = Core::Get();
-  const size_t n = static_cast<size_t>(std::max(0, count));
   int code = wait ? core.EnqueueAndWait(entries.data(), n, handles, &message)
                   : core.Enqueue(entries.data(), n, handles, &message);
   if (code < 0) CopyError(message, error, error_len);

@@ -546,12 +546,11 @@ void Core::Distribute(EntryQueue &fresh) {
     e.negotiation_start = now;
     e.request.sender = set.rank;
     if (e.request.collective == Collective::kJoin) set.joined = true;
-    const int64_t handle = e.handle;
     // Swapped into a spare node: e gets back that node's buffers, for a request to come.
     if (Entry *stored = finished_nodes_.Adopt(set.pending, e.request.name, e)) {
       set.arrival_order.push_back(stored);
-    } else {  // EnqueueLocked keeps names unique in flight: a broken invariant, not a user error
-      handles_.Fail(handle, "internal error: a request of this name is pending already");
+    } else {  // EnqueueLocked keeps names unique in flight: a broken invariant, not a user error (e unchanged)
+      handles_.Fail(e.handle, "internal error: a request of this name is pending already");
     }
   }
 }

@@ -6,7 +6,8 @@ void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
     handles[i] = next_++;
-    released_.Emplace(states_, handles[i], HandleState{});
+    HandleState fresh;  // takes a released state's place in the pool, which lends its node
+    released_.Adopt(states_, handles[i], fresh);
   }
 }
 

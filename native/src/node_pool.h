@@ -27,28 +27,10 @@ class NodePool {
     return result.inserted;
   }
 
-  // Maps: inserts (key, value) unless key is there already; the value as stored, or null when it was.
-  template <typename Value, typename Map = Container>  // Map: mapped_type is looked up only for maps
-  typename Map::mapped_type *Emplace(Container &c, const Key &key, Value &&value) {
-    if (spare_.empty()) {
-      auto [it, inserted] = c.try_emplace(key, std::forward<Value>(value));
-      return inserted ? &it->second : nullptr;
-    }
-    Node node = Take();
-    node.key() = key;
-    node.mapped() = std::forward<Value>(value);
-    auto result = c.insert(std::move(node));
-    if (!result.inserted) {
-      Keep(std::move(result.node));
-      return nullptr;
-    }
-    return &result.position->second;
-  }
-
-  // Maps: inserts (key, value) unless key is there already, swapping value with a spare node's recycled one,
-  // so that value gets that one's buffers for its next use. The value as stored, or null when key was there
+  // Maps: inserts (key, value) unless key is there already, swapping value with a spare node's reset one, so
+  // that value gets that one's buffers for its next use. The value as stored, or null when key was there
   // (value then unchanged).
-  template <typename Map = Container>
+  template <typename Map = Container>  // Map: mapped_type is looked up only for maps
   typename Map::mapped_type *Adopt(Container &c, const Key &key, typename Map::mapped_type &value) {
     if (spare_.empty()) {
       auto [it, inserted] = c.try_emplace(key, std::move(value));
