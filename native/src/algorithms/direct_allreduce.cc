@@ -74,19 +74,25 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
       }
       layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
     }
-    if (staged) layout_.Gather(chunk, bytes, /*input=*/false, staged_ + chunk);  // still in cache
+    if (!staged) continue;
+    // The result goes back where each peer packed this share (the lines just read, still in cache): each
+    // rank then finds every other share reduced in its own staging buffer.
+    for (int k = 1; k < n; ++k) layout_.Gather(chunk, bytes, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + chunk);
   }
   error = Agree(ctx, error, "reduce-scatter");
   if (!error.empty()) return error;
 
+  if (staged) {
+    // All-gather from this rank's own staging buffer. No peer touches it again before the next batch's
+    // addresses are exchanged, so no closing synchronisation.
+    layout_.Scatter(0, begin, staged_);
+    layout_.Scatter(end, count * element - end, staged_ + end);
+    return "";
+  }
   // All-gather: every other share, read from the rank that reduced it into this rank's outputs.
   for (int k = 1; k < n && error.empty(); ++k) {
     const int owner = (ctx.rank + k) % n;
     const int64_t from = share_begin(owner);
-    if (staged) {
-      layout_.Scatter(from, share_begin(owner + 1) - from, peer_staging_[owner] + from);
-      continue;
-    }
     reader_.Begin(static_cast<pid_t>(published_[owner].pid));
     reader_.Add(pieces[0].output + from, published_[owner].results + static_cast<uint64_t>(from),
                 share_begin(owner + 1) - from);

@@ -59,19 +59,19 @@ uint8_t *SharedStaging::Reserve(size_t bytes) {
   return data_;
 }
 
-const uint8_t *SharedStaging::Map(int peer, const Descriptor &theirs) {
+uint8_t *SharedStaging::Map(int peer, const Descriptor &theirs) {
   if (peers_.size() <= static_cast<size_t>(peer)) peers_.resize(peer + 1);
   Mapping &mapping = peers_[peer];
   const Descriptor &known = mapping.descriptor;
   if (mapping.data && known.pid == theirs.pid && known.generation == theirs.generation) return mapping.data;
   Unmap(mapping);
   const std::string path = "/proc/" + std::to_string(theirs.pid) + "/fd/" + std::to_string(theirs.fd);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     error_ = Failed("opening rank " + std::to_string(peer) + "'s staging buffer " + path);
     return nullptr;
   }
-  void *data = mmap(nullptr, theirs.bytes, PROT_READ, MAP_SHARED, fd, 0);
+  void *data = mmap(nullptr, theirs.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int mmap_errno = errno;
   close(fd);  // the mapping keeps the memory
   if (data == MAP_FAILED) {

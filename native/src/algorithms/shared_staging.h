@@ -30,7 +30,7 @@ class SharedStaging {
   uint8_t *Reserve(size_t bytes);
   const Descriptor &descriptor() const { return mine_; }
   // Peer's buffer as its descriptor says, mapped read-only; null on failure (error()).
-  const uint8_t *Map(int peer, const Descriptor &theirs);
+  uint8_t *Map(int peer, const Descriptor &theirs);
   const std::string &error() const { return error_; }
 
  private:
