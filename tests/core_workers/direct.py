@@ -1,8 +1,8 @@
 """The direct all-reduce (cross-memory reads between ranks on one host) on every rank against a float64
 reference, where its own code paths are: a fused batch of more tensors than one system call takes
 (IOV_MAX), split across ranks in the middle of tensors, half of them in place; one tensor larger than a
-read chunk, in place; half-precision types and every op; results bitwise equal on all ranks. A fused
-batch's shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
+read chunk, in place, staged (up to 4 MiB) or read in place (above); half-precision types and every op;
+results bitwise equal on all ranks. A shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
 on every rank with its reason, and the next batch works.
 
 Run under mpiexec with HVDLITE_ALLREDUCE_ALGORITHM=direct (or auto with HVDLITE_AUTO_RING_MIN_BYTES=0).
@@ -83,9 +83,12 @@ def main():
     # 3000 tensors of odd sizes: a share spans more of them than one read takes (IOV_MAX, 1024), and
     # shares cut tensors in two.
     run_group("many", "float32", "sum", list(rng.integers(1, 3000, size=3000)))
-    # One tensor over several 256 KiB read chunks, in place, with a count no rank count divides.
+    # One tensor over several 256 KiB read chunks, in place, with a count no rank count divides: staged
+    # up to 4 MiB, read in place through the kernel above.
     run_group("large", "float32", "sum", [300_007], in_place_every=1)
     run_group("large.out", "float64", "average", [100_003], in_place_every=2)
+    run_group("larger", "float32", "sum", [1_100_003], in_place_every=1)
+    run_group("larger.out", "float64", "average", [600_001], in_place_every=2)
     for dtype in ("float16", "bfloat16", "int32", "int64", "uint8"):
         for op_name in OPS:
             if op_name == "product":

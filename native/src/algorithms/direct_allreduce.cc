@@ -10,6 +10,12 @@ namespace {
 // Peers' shares are read and reduced this much at a time, so that what was read is reduced from cache.
 constexpr int64_t kChunkBytes = 256 << 10;
 
+// A single tensor up to this size is staged too: packing it costs a copy, but plain loads from shared memory
+// beat the kernel's page pinning while the copies stay in cache. Two ranks, against MPI_Allreduce in the same
+// run: 2 MiB 1.9-2.2x staged vs 1.3-1.6x read in place, 4 MiB 1.8x vs 1.2-1.9x, 8 MiB even, 16 MiB 1.4-1.7x
+// vs 1.7x (docs/benchmarks.md, session 17).
+constexpr int64_t kStagedSingleMaxBytes = 4 << 20;
+
 // Every rank learns whether all succeeded; the failing rank reports its own error, the others name it.
 std::string Agree(const CommContext &ctx, const std::string &local_error, const char *phase) {
   int first_failed = local_error.empty() ? ctx.size : ctx.rank;
@@ -30,7 +36,7 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   auto share_begin = [&](int s) { return count * s / n * element; };
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
-  const bool staged = pieces.size() > 1;
+  const bool staged = pieces.size() > 1 || count * element <= kStagedSingleMaxBytes;
   published_.resize(n);
   Published &mine = published_[ctx.rank];
   mine = Published{};

@@ -1,14 +1,16 @@
 // Direct all-reduce, for ranks on one host: each rank reads its share of the batch straight out of its
-// peers' memory (cross-memory attach), reduces it into its own outputs, then reads the other shares of the
-// result straight out of the ranks that reduced them. Each share is reduced on exactly one rank, so
-// results are bitwise identical everywhere. Three small MPI collectives frame it: the addresses
-// (allgather), "shares reduced" and "results read" (allreduces that also carry any failure).
+// peers' memory, reduces it into its own outputs, and hands the reduced share back to every peer. Each share is
+// reduced on exactly one rank, so results are bitwise identical everywhere.
 //
-// A batch of one tensor is read where it is, with process_vm_readv. A fused batch is first packed into a
-// staging buffer in shared memory (only the shares peers read), and each rank's reduced share is copied
-// there too; peers map that buffer once and read it with plain loads. Reading scattered 4 KiB-paged tensors
-// with process_vm_readv measured 2x slower than packing them (the kernel pins every page it reads), and a
-// packed buffer read through the kernel still costs a copy that shared memory does not (docs/benchmarks.md).
+// A fused batch, and a tensor up to 4 MiB, is first packed into a staging buffer in shared memory (a memfd;
+// only the shares peers reduce), which peers map once, read with plain loads, and overwrite in place with the
+// reduced share: each rank then copies every other share out of its own staging buffer. Two small MPI
+// collectives frame it: the addresses (allgather) and "shares reduced" (an allreduce that also carries any
+// failure); after it no rank touches another's memory until the next batch's allgather. Reading scattered
+// 4 KiB-paged tensors with process_vm_readv measured 2x slower than packing them (the kernel pins every page
+// it reads). A larger single tensor is read where it is with process_vm_readv (inputs, then the reduced
+// shares out of the owners' outputs, and a closing allreduce so nobody returns while a peer still reads):
+// out of cache, the staging copies cost more than the kernel's pinning (docs/benchmarks.md).
 #pragma once
 #include <string>
 #include <vector>

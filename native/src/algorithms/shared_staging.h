@@ -1,7 +1,7 @@
-// A grow-only staging buffer in shared memory (a memfd) that the other ranks on this host map read-only and
-// read with plain loads: no system call and no page pinning per round, unlike cross-memory attach. A peer
-// maps it through /proc/<pid>/fd/<fd>, which needs the same right to trace the owner that
-// process_vm_readv needs. Mappings of peers' buffers are kept until the peer's buffer grows.
+// A grow-only staging buffer in shared memory (a memfd) that the other ranks on this host map and read (and
+// write results back into, see direct_allreduce.h) with plain loads and stores: no system call and no page
+// pinning per round, unlike cross-memory attach. A peer maps it through /proc/<pid>/fd/<fd>, which needs the
+// same right to trace the owner that process_vm_readv needs. Mappings of peers' buffers are kept until the peer's buffer grows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,7 @@ class SharedStaging {
   // This rank's buffer, at least bytes long (contents not kept when it grows); null on failure (error()).
   uint8_t *Reserve(size_t bytes);
   const Descriptor &descriptor() const { return mine_; }
-  // Peer's buffer as its descriptor says, mapped read-only; null on failure (error()).
+  // Peer's buffer as its descriptor says, mapped read-write; null on failure (error()).
   uint8_t *Map(int peer, const Descriptor &theirs);
   const std::string &error() const { return error_; }
 
