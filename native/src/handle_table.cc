@@ -5,10 +5,35 @@ namespace hvdlite {
 void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
-    handles[i] = next_++;
-    HandleState fresh;  // takes a released state's place in the pool, which lends its node
-    released_.Adopt(states_, handles[i], fresh);
+    if (free_.empty()) {
+      if (slot_count_ % kChunkSlots == 0) chunks_.emplace_back(new Slot[kChunkSlots]);
+      free_.push_back(static_cast<uint32_t>(slot_count_++));
+    }
+    const uint32_t index = free_.back();
+    free_.pop_back();
+    Slot &slot = SlotAt(index);
+    slot.live = true;
+    if (++slot.generation == 0) slot.generation = 1;  // never 0: every handle is positive
+    handles[i] = static_cast<int64_t>(uint64_t{slot.generation} << 32 | index);
   }
+}
+
+HandleState *HandleTable::Find(int64_t handle) {
+  const uint32_t index = IndexOf(handle);
+  if (handle <= 0 || index >= slot_count_) return nullptr;
+  Slot &slot = SlotAt(index);
+  if (!slot.live || slot.generation != static_cast<uint64_t>(handle) >> 32) return nullptr;
+  return &slot.state;
+}
+
+bool HandleTable::ReleaseLocked(int64_t handle) {
+  HandleState *state = Find(handle);
+  if (!state) return false;
+  const bool pending = !state->done;
+  *state = HandleState{};  // what it owned (an output, an error) is freed now, not when the slot is reused
+  SlotAt(IndexOf(handle)).live = false;
+  free_.push_back(IndexOf(handle));
+  return pending;
 }
 
 void HandleTable::Fail(int64_t handle, const std::string &error) {
@@ -21,16 +46,16 @@ void HandleTable::Succeed(int64_t handle, int64_t result) {
 
 int HandleTable::Poll(int64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = states_.find(handle);
-  if (it == states_.end()) return -1;
-  return it->second.done ? 1 : 0;
+  HandleState *state = Find(handle);
+  if (!state) return -1;
+  return state->done ? 1 : 0;
 }
 
 bool HandleTable::AllDone(const int64_t *handles, int32_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (int32_t i = 0; i < count; ++i) {
-    auto it = states_.find(handles[i]);
-    if (it != states_.end() && !it->second.done) return false;
+    HandleState *state = Find(handles[i]);
+    if (state && !state->done) return false;
   }
   return true;
 }
@@ -39,28 +64,26 @@ int HandleTable::WaitAll(const int64_t *handles, int32_t count) {
   std::unique_lock<std::mutex> lock(mutex_);
   int first_failure = 0;
   for (int32_t i = 0; i < count; ++i) {
-    auto it = states_.find(handles[i]);
-    if (it == states_.end()) return -1;
-    HandleState &state = it->second;
-    done_.wait(lock, [&] { return state.done; });
-    if (!state.error.empty() && first_failure == 0) first_failure = i + 1;
+    HandleState *state = nullptr;
+    // Looked up again on each wake-up: another thread may release the handle meanwhile.
+    done_.wait(lock, [&] { return !(state = Find(handles[i])) || state->done; });
+    if (!state) return -1;
+    if (!state->error.empty() && first_failure == 0) first_failure = i + 1;
   }
   return first_failure;
 }
 
 void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (int32_t i = 0; i < count; ++i) released_.Erase(states_, handles[i]);
+  bool pending = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int32_t i = 0; i < count; ++i) pending |= ReleaseLocked(handles[i]);
+  }
+  if (pending) WakeWaiters();  // a waiter on another thread learns that the handle is gone
 }
 
 void HandleTable::Release(int64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  released_.Erase(states_, handle);
-}
-
-size_t HandleTable::Size() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return states_.size();
+  ReleaseAll(&handle, 1);
 }
 
 }  // namespace hvdlite

@@ -3,12 +3,10 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
-
-#include "node_pool.h"
 
 namespace hvdlite {
 
@@ -38,10 +36,10 @@ class HandleTable {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 0; i < count; ++i) {
-        auto it = states_.find(handles[i]);
-        if (it == states_.end()) continue;
-        fill(i, it->second);
-        it->second.done = true;
+        HandleState *state = Find(handles[i]);
+        if (!state) continue;  // released before it finished
+        fill(i, *state);
+        state->done = true;
       }
     }
     if (wake) WakeWaiters();
@@ -62,32 +60,45 @@ class HandleTable {
   template <typename Duration>
   int WaitFor(int64_t handle, Duration timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
-    auto it = states_.find(handle);
-    if (it == states_.end()) return -1;
-    HandleState &state = it->second;
-    if (!done_.wait_for(lock, timeout, [&] { return state.done; })) return kTimedOut;
-    return state.error.empty() ? 0 : 1;
+    HandleState *state = nullptr;
+    if (!done_.wait_for(lock, timeout, [&] { return !(state = Find(handle)) || state->done; })) return kTimedOut;
+    if (!state) return -1;
+    return state->error.empty() ? 0 : 1;
   }
   // Runs f on the state of a finished handle under the lock; returns false for an unknown handle.
   template <typename F>
   bool Read(int64_t handle, F f) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = states_.find(handle);
-    if (it == states_.end()) return false;
-    f(it->second);
+    HandleState *state = Find(handle);
+    if (!state) return false;
+    f(*state);
     return true;
   }
   void Release(int64_t handle);
   void ReleaseAll(const int64_t *handles, int32_t count);
-  size_t Size();
 
  private:
+  // A handle is (generation << 32) | slot index: finding its state is an array index, not a hash lookup, and
+  // a released handle whose slot a newer request took is told apart by the slot's generation.
+  struct Slot {
+    HandleState state;
+    uint32_t generation = 0;
+    bool live = false;
+  };
+  static constexpr size_t kChunkSlots = 256;
+  static uint32_t IndexOf(int64_t handle) { return static_cast<uint32_t>(handle & 0xffffffff); }
+  HandleState *Find(int64_t handle);  // null for a handle unknown or released; under the lock
+  Slot &SlotAt(size_t index) { return chunks_[index / kChunkSlots][index % kChunkSlots]; }
+  bool ReleaseLocked(int64_t handle);  // true when it had not finished
+
   std::mutex mutex_;
   std::condition_variable done_;
-  using States = std::unordered_map<int64_t, HandleState>;
-  States states_;
-  NodePool<States> released_;  // states of released handles, reused by CreateMany
-  int64_t next_ = 1;
+  // Slots in chunks that never move: a waiter keeps its state's address while the lock is let go.
+  std::vector<std::unique_ptr<Slot[]>> chunks_;
+  size_t slot_count_ = 0;
+  // Released slots; the last released is reused first (still in cache). As many slots as requests were ever
+  // in flight at once: nothing grows with the number of steps.
+  std::vector<uint32_t> free_;
 };
 
 }  // namespace hvdlite
