@@ -1,17 +1,23 @@
 #include "handle_table.h"
 
+#include <type_traits>
+
 namespace hvdlite {
+
+// Growing the table moves the slots; their outputs' buffers, whose addresses callers hold until release
+// (hvdlite_handle_output_data), must move with them rather than be copied.
+static_assert(std::is_nothrow_move_constructible_v<HandleState>, "slots must move, not copy, as the table grows");
 
 void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
     if (free_.empty()) {
-      if (slot_count_ % kChunkSlots == 0) chunks_.emplace_back(new Slot[kChunkSlots]);
-      free_.push_back(static_cast<uint32_t>(slot_count_++));
+      free_.push_back(static_cast<uint32_t>(slots_.size()));
+      slots_.emplace_back();
     }
     const uint32_t index = free_.back();
     free_.pop_back();
-    Slot &slot = SlotAt(index);
+    Slot &slot = slots_[index];
     slot.live = true;
     if (++slot.generation == 0) slot.generation = 1;  // never 0: every handle is positive
     handles[i] = static_cast<int64_t>(uint64_t{slot.generation} << 32 | index);
@@ -20,8 +26,8 @@ void HandleTable::CreateMany(int64_t *handles, size_t count) {
 
 HandleState *HandleTable::Find(int64_t handle) {
   const uint32_t index = IndexOf(handle);
-  if (handle <= 0 || index >= slot_count_) return nullptr;
-  Slot &slot = SlotAt(index);
+  if (handle <= 0 || index >= slots_.size()) return nullptr;
+  Slot &slot = slots_[index];
   if (!slot.live || slot.generation != static_cast<uint64_t>(handle) >> 32) return nullptr;
   return &slot.state;
 }
@@ -31,7 +37,7 @@ bool HandleTable::ReleaseLocked(int64_t handle) {
   if (!state) return false;
   const bool pending = !state->done;
   *state = HandleState{};  // what it owned (an output, an error) is freed now, not when the slot is reused
-  SlotAt(IndexOf(handle)).live = false;
+  slots_[IndexOf(handle)].live = false;
   free_.push_back(IndexOf(handle));
   return pending;
 }

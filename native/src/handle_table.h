@@ -3,7 +3,6 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -85,17 +84,15 @@ class HandleTable {
     uint32_t generation = 0;
     bool live = false;
   };
-  static constexpr size_t kChunkSlots = 256;
   static uint32_t IndexOf(int64_t handle) { return static_cast<uint32_t>(handle & 0xffffffff); }
-  HandleState *Find(int64_t handle);  // null for a handle unknown or released; under the lock
-  Slot &SlotAt(size_t index) { return chunks_[index / kChunkSlots][index % kChunkSlots]; }
+  // Null for a handle unknown or released. Under the lock, and good only while it is held: slots move as the
+  // table grows, so a waiter looks its handle up again whenever it wakes.
+  HandleState *Find(int64_t handle);
   bool ReleaseLocked(int64_t handle);  // true when it had not finished
 
   std::mutex mutex_;
   std::condition_variable done_;
-  // Slots in chunks that never move: a waiter keeps its state's address while the lock is let go.
-  std::vector<std::unique_ptr<Slot[]>> chunks_;
-  size_t slot_count_ = 0;
+  std::vector<Slot> slots_;
   // Released slots; the last released is reused first (still in cache). As many slots as requests were ever
   // in flight at once: nothing grows with the number of steps.
   std::vector<uint32_t> free_;

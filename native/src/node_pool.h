@@ -1,8 +1,7 @@
 // Nodes of a node-based container (unordered_map, unordered_set) kept for reuse: the per-request
-// bookkeeping (handle states, names in flight, pending entries) then costs no heap allocation once the pool
-// has seen the most requests in flight at once. Not thread-safe: guard it with its container's lock.
-// A map's value is reset as its node is kept: with Recycle() (an Entry) it keeps its buffers, else it is
-// assigned a new value.
+// bookkeeping (names in flight, pending entries) then costs no heap allocation once the pool has seen the
+// most requests in flight at once. Not thread-safe: guard it with its container's lock.
+// A map's value is recycled as its node is kept: it needs a Recycle() (an Entry's keeps its buffers).
 #pragma once
 #include <cstddef>
 #include <type_traits>
@@ -48,8 +47,8 @@ class NodePool {
     return &result.position->second;
   }
 
-  // Takes key's element out of c, keeping its node for reuse. A map's value is reset first: what it owned (an
-  // output, an error) is freed now, not when the node is reused; an Entry keeps only its emptied name and shape.
+  // Takes key's element out of c, keeping its node for reuse. A map's value is recycled first: what it owned
+  // (an output) is freed now, not when the node is reused; an Entry keeps only its emptied name and shape.
   void Erase(Container &c, const Key &key) { Keep(c.extract(key)); }
 
   // Erase for every element that drop accepts, by position: no key is hashed again.
@@ -72,10 +71,7 @@ class NodePool {
   }
   void Keep(Node node) {
     if (node.empty() || spare_.size() >= kMaxSpare) return;
-    if constexpr (IsMap<Container>::value) {
-      if constexpr (HasRecycle<typename Container::mapped_type>::value) node.mapped().Recycle();
-      else node.mapped() = typename Container::mapped_type{};
-    }
+    if constexpr (IsMap<Container>::value) node.mapped().Recycle();
     spare_.push_back(std::move(node));
   }
 
@@ -83,11 +79,6 @@ class NodePool {
   struct IsMap : std::false_type {};
   template <typename C>
   struct IsMap<C, std::void_t<typename C::mapped_type>> : std::true_type {};
-
-  template <typename V, typename = void>
-  struct HasRecycle : std::false_type {};
-  template <typename V>
-  struct HasRecycle<V, std::void_t<decltype(std::declval<V &>().Recycle())>> : std::true_type {};
 
   std::vector<Node> spare_;
 };

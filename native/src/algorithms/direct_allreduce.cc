@@ -83,7 +83,9 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
     if (!staged) continue;
     // The result goes back where each peer packed this share (the lines just read, still in cache): each
     // rank then finds every other share reduced in its own staging buffer.
-    for (int k = 1; k < n; ++k) layout_.Gather(chunk, bytes, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + chunk);
+    for (int k = 1; k < n; ++k) {
+      layout_.Gather(chunk, bytes, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + chunk);
+    }
   }
   error = Agree(ctx, error, "reduce-scatter");
   if (!error.empty()) return error;

@@ -43,7 +43,7 @@ class DirectAllreduce : public PiecewiseAllreduce {
   BufferLayout layout_;
   PeerReader reader_;
   SharedStaging staging_;
-  uint8_t *staged_ = nullptr;                  // this rank's staging buffer (fused batches only)
+  uint8_t *staged_ = nullptr;                  // this rank's staging buffer (staged batches only)
   std::vector<uint8_t *> peer_staging_;        // by rank: the peers' staging buffers, mapped
   std::vector<Published> published_;
   std::vector<uint8_t> scratch_;  // one chunk of a peer's share, reduced while it is in cache (one tensor)

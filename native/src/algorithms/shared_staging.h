@@ -1,7 +1,8 @@
 // A grow-only staging buffer in shared memory (a memfd) that the other ranks on this host map and read (and
 // write results back into, see direct_allreduce.h) with plain loads and stores: no system call and no page
 // pinning per round, unlike cross-memory attach. A peer maps it through /proc/<pid>/fd/<fd>, which needs the
-// same right to trace the owner that process_vm_readv needs. Mappings of peers' buffers are kept until the peer's buffer grows.
+// same right to trace the owner that process_vm_readv needs. Mappings of peers' buffers are kept until the
+// peer's buffer grows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
