@@ -100,8 +100,10 @@ def _core_output(handle, dtype):
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
 # by name as [address of the C request, PreparedRequest, its last outputs], and resubmitted from C with each
 # call's arrays (native/python/array_collectives.c), which recycles an output once nobody holds it.
-# Bounded: see requests.cached.
+# Bounded (emptied when full, see requests.cached): each also holds the core's entry for its name, so the bound
+# is the core's default response cache capacity, beyond which names are negotiated the slow way anyway.
 _PREPARED_REQUESTS = {}
+_PREPARED_REQUESTS_LIMIT = 1024
 
 
 def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -114,7 +116,8 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
                                        postscale_factor=postscale_factor, process_set=process_set))
     entry = None
     if name:  # replaces a request of another dtype or shape
-        entry = remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.KEPT_OUTPUTS)
+        entry = remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.KEPT_OUTPUTS,
+                         _PREPARED_REQUESTS_LIMIT)
     return prepared, array, entry
 
 

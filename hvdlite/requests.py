@@ -251,6 +251,26 @@ def _filled(request):
     return c_request, owned
 
 
+def _prepare(c_request):
+    """Registers a filled request with the core (hvdlite_prepare), which then takes it by token: no name copied,
+    hashed or checked per submission. Returns the token, stored in the request too; 0 where the core does not
+    run or refuses it (the request then goes by value, and a refusal is raised when it is submitted)."""
+    token = lib.hvdlite_prepare(c_request, ffi.NULL, 0)
+    if token <= 0:
+        return 0
+    c_request.prepared = token
+    return token
+
+
+def _unprepare(tokens):
+    try:
+        for token in tokens:
+            if token:
+                lib.hvdlite_unprepare(token)
+    except (AttributeError, TypeError):  # the interpreter is shutting down: the core goes with it
+        pass
+
+
 def _address(c_pointer):
     return int(ffi.cast("uintptr_t", c_pointer))
 
@@ -271,15 +291,21 @@ def submit(request):
 class PreparedRequest:
     """A request filled into its C form once, then submitted again and again with new buffers: what an
     optimizer does with a parameter's gradient every step. Each submit sets two pointers and makes one C
-    call, instead of rebuilding the request (the per-gradient cost of a training step)."""
+    call, instead of rebuilding the request (the per-gradient cost of a training step); the core knows it by
+    a token (hvdlite_prepare) while this object lives."""
 
-    __slots__ = ("_c", "_owned", "_address", "name")
+    __slots__ = ("_c", "_owned", "_address", "_token", "name")
 
     def __init__(self, request):
+        self._token = 0
         self._c, self._owned = _filled(request)
         self._owned.append(request.keepalive)
         self._address = _address(self._c)
         self.name = request.name
+        self._token = _prepare(self._c)
+
+    def __del__(self):
+        _unprepare((getattr(self, "_token", 0),))
 
     def submit(self, input, output, keepalive):
         """Submits with these buffers (integer addresses, or contiguous arrays; same dtype and shape as
@@ -326,15 +352,20 @@ class PreparedGroup:
     or the same): what a training step does with the same gradients every step. A submission sets two
     pointers per member at most and makes one C call, instead of rebuilding every request."""
 
-    __slots__ = ("_c", "_owned", "_names", "_count", "_address", "_kept")
+    __slots__ = ("_c", "_owned", "_names", "_count", "_address", "_kept", "_tokens")
 
     def __init__(self, requests):
+        self._tokens = ()
         self._count = len(requests)
         self._c, self._owned = _filled_group(requests)
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
         self._address = _address(self._c)
         self._kept = [None] * (self._count * _hotpath.KEPT_OUTPUTS)  # point_arrays' outputs, to recycle
+        self._tokens = tuple(_prepare(self._c + i) for i in range(self._count))
+
+    def __del__(self):
+        _unprepare(getattr(self, "_tokens", ()))
 
     def point_arrays(self, arrays, op, prescale_factor, postscale_factor, process_set):
         """Points the members at arrays (NumPy, C-contiguous, one per member) and at output arrays, which it

@@ -99,9 +99,11 @@ typedef struct {
   int32_t root_rank;         /* broadcast: rank within the process set */
   const int32_t *splits;     /* alltoall: rows sent to each rank of the set; NULL means equal */
   int32_t process_set_id;    /* 0 is the global set */
+  int64_t prepared;          /* 0, or hvdlite_prepare's token for this very request (see there) */
 } hvdlite_request;
 
 typedef int64_t hvdlite_handle;
+typedef int64_t hvdlite_prepared;
 
 /* Lifecycle. comm_address is the address of an MPI_Comm (mpi4py: MPI._addressof(comm)) or NULL for
  * MPI_COMM_WORLD. MPI must already be initialised (by mpi4py). Returns 0, or nonzero with a message. */
@@ -125,6 +127,15 @@ hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, i
 int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t capacity);
 /* This rank's rank inside the set, or -1 if it is not a member or there is no such set. */
 int hvdlite_process_set_rank(int32_t process_set_id);
+
+/* Prepared requests: a request submitted again and again (a gradient every step) is registered once, and
+ * its token stored in its `prepared` field; from then on a submission of it reads only input and output (the
+ * rest stays as prepared: change nothing else, or prepare again) and the core skips copying, hashing and
+ * checking it. Returns the token (> 0), or a negative code as hvdlite_enqueue's with error filled. A token the
+ * core no longer knows (unprepared, or prepared before a shutdown) makes the request go by value, as if 0.
+ * Unprepare once the request is no longer submitted (one in flight still completes). */
+hvdlite_prepared hvdlite_prepare(const hvdlite_request *request, char *error, int error_len);
+void hvdlite_unprepare(hvdlite_prepared prepared);
 
 /* Enqueue returns at once. A positive handle on success; on a request that can never run (bad dtype,
  * name already in flight, core not running) it returns a negative code and fills error:

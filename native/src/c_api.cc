@@ -125,22 +125,40 @@ namespace {
 
 int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle *handles, char *error, int error_len,
                  bool wait) {
-  // Reused by each calling thread, names and shapes included: the core copies the entries.
+  // Reused by each calling thread, names and shapes included: the core copies what it is given by value.
   thread_local std::vector<Entry> entries;
+  thread_local std::vector<Submission> submissions;
   const size_t n = static_cast<size_t>(std::max(0, count));
   if (entries.size() < n) entries.resize(n);
+  if (submissions.size() < n) submissions.resize(n);
   std::string message;
-  for (int32_t i = 0; i < count; ++i) {
-    if (!ToEntry(requests[i], &entries[i], &message)) {
-      CopyError(message, error, error_len);
-      return -1;
-    }
-  }
   Core &core = Core::Get();
-  int code = wait ? core.EnqueueAndWait(entries.data(), n, handles, &message)
-                  : core.Enqueue(entries.data(), n, handles, &message);
-  if (code < 0) CopyError(message, error, error_len);
-  return code;
+  // Prepared requests go by token; a token the core does not know (it was shut down and started again since)
+  // sends the whole group by value.
+  for (bool by_value : {false, true}) {
+    for (int32_t i = 0; i < count; ++i) {
+      const hvdlite_request &r = requests[i];
+      Submission &s = submissions[i];
+      s = Submission{};
+      if (r.prepared > 0 && !by_value) {
+        s.prepared = r.prepared;
+        s.input = r.input;
+        s.output = r.output;
+      } else if (ToEntry(r, &entries[i], &message)) {
+        s.entry = &entries[i];
+      } else {
+        CopyError(message, error, error_len);
+        return -1;
+      }
+    }
+    int code = wait ? core.EnqueueAndWait(submissions.data(), n, handles, &message)
+                    : core.Enqueue(submissions.data(), n, handles, &message);
+    if (code == Core::kUnknownPrepared) continue;
+    if (code < 0) CopyError(message, error, error_len);
+    return code;
+  }
+  CopyError("internal error: a request submitted by value was taken for a prepared one", error, error_len);
+  return -1;
 }
 
 }  // namespace
@@ -153,6 +171,16 @@ int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlit
 int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len) {
   return EnqueueGroup(request, 1, handle, error, error_len, /*wait=*/true);
 }
+
+hvdlite_prepared hvdlite_prepare(const hvdlite_request *request, char *error, int error_len) {
+  Entry e;
+  std::string message;
+  int64_t token = ToEntry(*request, &e, &message) ? Core::Get().Prepare(e, &message) : -1;
+  if (token < 0) CopyError(message, error, error_len);
+  return token;
+}
+
+void hvdlite_unprepare(hvdlite_prepared prepared) { Core::Get().Unprepare(prepared); }
 
 hvdlite_handle hvdlite_enqueue(const hvdlite_request *request, char *error, int error_len) {
   hvdlite_handle handle = 0;

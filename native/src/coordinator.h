@@ -11,8 +11,6 @@
 
 namespace hvdlite {
 
-using Clock = std::chrono::steady_clock;
-
 struct StallReport {
   std::string name;
   std::vector<int32_t> missing_ranks;

@@ -33,8 +33,8 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
     thread_.join();
     lock.lock();
   }
-  queue_.Clear();
-  in_flight_.clear();
+  queue_.clear();
+  registry_.Clear();
   set_up_done_ = false;
   shutdown_requested_ = false;
   set_up_error_.clear();
@@ -75,81 +75,134 @@ Topology Core::topology() {
   return topology_;
 }
 
-int Core::Enqueue(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
+int Core::Enqueue(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
   // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it.
   std::lock_guard<std::mutex> lock(mutex_);
-  return EnqueueLocked(entries, count, handles, error);
+  return EnqueueLocked(submissions, count, handles, error);
 }
 
-int Core::EnqueueAndWait(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
+int Core::EnqueueAndWait(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    int code = EnqueueLocked(entries, count, handles, error);
+    int code = EnqueueLocked(submissions, count, handles, error);
     if (code != 0) return code;
     ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
   return WaitAsCaller(handles, static_cast<int32_t>(count)) == 0 ? 0 : 1;
 }
 
-int Core::EnqueueLocked(const Entry *entries, size_t count, int64_t *handles, std::string *error) {
+std::string Core::CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits) {
+  auto members = published_sets_.find(set_id);
+  if (members == published_sets_.end()) {
+    return "process set " + std::to_string(set_id) + " does not exist (tensor '" + request.name + "')";
+  }
+  int set_size = static_cast<int>(members->second.size());
+  if (published_set_rank_[set_id] < 0) {
+    return "rank " + std::to_string(topology_.rank) + " is not a member of process set " + std::to_string(set_id) +
+           " (tensor '" + request.name + "')";
+  }
+  std::string problem = CheckLocalRequest(request, set_size);
+  if (!problem.empty() || request.collective != Collective::kAlltoall) return problem;
+  if (splits.empty() && request.shape[0] % set_size != 0) {
+    return "alltoall of tensor '" + request.name + "': first dimension " + std::to_string(request.shape[0]) +
+           " is not divisible by the process set size " + std::to_string(set_size) + "; pass splits";
+  }
+  if (!splits.empty()) {
+    int64_t sum = 0;
+    bool negative = false;
+    for (int32_t s : splits) { sum += s; negative |= s < 0; }
+    if (static_cast<int>(splits.size()) != set_size || negative || sum != request.shape[0]) {
+      return "alltoall of tensor '" + request.name + "': splits must have one non-negative entry per rank (" +
+             std::to_string(set_size) + ") summing to the first dimension " + std::to_string(request.shape[0]);
+    }
+  }
+  return "";
+}
+
+int64_t Core::Prepare(const Entry &request, std::string *error) {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!running_ || shutdown_requested_) {
     *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
     return -3;
   }
-  for (size_t i = 0; i < count; ++i) {
-    const Entry &e = entries[i];
-    int32_t set_id = e.process_set_id;
-    auto members = published_sets_.find(set_id);
-    if (members == published_sets_.end()) {
-      *error = "process set " + std::to_string(set_id) + " does not exist (tensor '" + e.request.name + "')";
-      return -1;
-    }
-    int set_size = static_cast<int>(members->second.size());
-    if (published_set_rank_[set_id] < 0) {
-      *error = "rank " + std::to_string(topology_.rank) + " is not a member of process set " +
-               std::to_string(set_id) + " (tensor '" + e.request.name + "')";
-      return -1;
-    }
-    std::string problem = CheckLocalRequest(e.request, set_size);
-    if (problem.empty() && e.request.collective == Collective::kAlltoall) {
-      if (e.splits.empty() && e.request.shape[0] % set_size != 0) {
-        problem = "alltoall of tensor '" + e.request.name + "': first dimension " + std::to_string(e.request.shape[0]) +
-                  " is not divisible by the process set size " + std::to_string(set_size) + "; pass splits";
-      } else if (!e.splits.empty()) {
-        int64_t sum = 0;
-        bool negative = false;
-        for (int32_t s : e.splits) { sum += s; negative |= s < 0; }
-        if (static_cast<int>(e.splits.size()) != set_size || negative || sum != e.request.shape[0]) {
-          problem = "alltoall of tensor '" + e.request.name + "': splits must have one non-negative entry per rank (" +
-                    std::to_string(set_size) + ") summing to the first dimension " + std::to_string(e.request.shape[0]);
-        }
-      }
-    }
-    if (!problem.empty()) {
-      *error = problem;
-      return -1;
-    }
+  *error = CheckRequest(request.request, request.process_set_id, request.splits);
+  if (!error->empty()) return -1;
+  const int64_t token = registry_.Prepare(request);
+  registry_.Find(token)->checked_sets = published_generation_;
+  return token;
+}
+
+void Core::Unprepare(int64_t token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  registry_.Unprepare(token);
+}
+
+int Core::EnqueueLocked(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
+  if (!running_ || shutdown_requested_) {
+    *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
+    return -3;
   }
-  // Inserting the names in flight finds duplicates, within the group too; a failed group takes its names back.
+  // Everything is checked and every entry claimed (in flight, so that a name twice in the group is found)
+  // before anything is written: a refused group leaves its entries as they were.
+  claimed_.clear();
+  claimed_prepared_.clear();
+  auto refuse = [&](int code) {
+    for (Entry *e : claimed_) registry_.Land(*e);
+    return code;
+  };
   for (size_t i = 0; i < count; ++i) {
-    const Entry &e = entries[i];
-    if (!in_flight_nodes_.Insert(in_flight_[e.process_set_id], e.request.name)) {
-      for (size_t j = 0; j < i; ++j) {
-        in_flight_nodes_.Erase(in_flight_[entries[j].process_set_id], entries[j].request.name);
+    const Submission &s = submissions[i];
+    RequestRegistry::Prepared *prepared = nullptr;
+    Entry *e;
+    if (s.prepared) {
+      prepared = registry_.Find(s.prepared);
+      if (!prepared) return refuse(kUnknownPrepared);
+      if (prepared->checked_sets != published_generation_) {
+        *error = CheckRequest(prepared->request, prepared->process_set_id, prepared->splits);
+        if (!error->empty()) return refuse(-1);
+        prepared->checked_sets = published_generation_;
       }
-      *error = "Duplicate tensor name '" + e.request.name + "': a request with this name is already in flight in "
-               "process set " + std::to_string(e.process_set_id) + "; wait for it before submitting the name again";
-      return -2;
+      e = prepared->entry->in_flight ? nullptr : prepared->entry;
+    } else {
+      *error = CheckRequest(s.entry->request, s.entry->process_set_id, s.entry->splits);
+      if (!error->empty()) return refuse(-1);
+      e = registry_.Claim(s.entry->process_set_id, s.entry->request.name);
     }
+    if (!e) {
+      const int32_t set_id = prepared ? prepared->process_set_id : s.entry->process_set_id;
+      const std::string &name = prepared ? prepared->request.name : s.entry->request.name;
+      *error = "Duplicate tensor name '" + name + "': a request with this name is already in flight in process set " +
+               std::to_string(set_id) + "; wait for it before submitting the name again";
+      return refuse(-2);
+    }
+    registry_.Fly(*e);
+    claimed_.push_back(e);
+    claimed_prepared_.push_back(prepared);
   }
-  int32_t group_id = count > 1 ? next_group_id_++ : 0;
-  auto now = Clock::now();
+  const int32_t group_id = count > 1 ? next_group_id_++ : 0;
+  const auto now = Clock::now();
   handles_.CreateMany(handles, count);
   for (size_t i = 0; i < count; ++i) {
-    Entry &queued = queue_.Push(entries[i]);
-    queued.request.group_id = group_id;
-    queued.enqueued = now;
-    queued.handle = handles[i];
+    const Submission &s = submissions[i];
+    Entry &e = *claimed_[i];
+    if (const RequestRegistry::Prepared *prepared = claimed_prepared_[i]) {
+      if (e.written_by != s.prepared) {  // another submission of this name changed the request
+        e.Describe(prepared->request, prepared->process_set_id, prepared->splits);
+        e.written_by = s.prepared;
+      }
+      e.input = s.input;
+      e.output = s.output;
+    } else {
+      e.Describe(s.entry->request, s.entry->process_set_id, s.entry->splits);
+      e.written_by = 0;
+      e.input = s.entry->input;
+      e.output = s.entry->output;
+    }
+    e.request.group_id = group_id;
+    e.enqueued = now;
+    e.handle = handles[i];
+    e.state = Entry::State::kUnannounced;
+    queue_.push_back(&e);
   }
   return 0;
 }
@@ -165,7 +218,9 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
   e.request.ranks = std::move(ranks);
   e.process_set_id = 0;  // changes are agreed on by the whole job
   int64_t handle = 0;
-  int code = Enqueue(&e, 1, &handle, error);
+  Submission submission;
+  submission.entry = &e;
+  int code = Enqueue(&submission, 1, &handle, error);
   return code == 0 ? handle : code;
 }
 
@@ -296,6 +351,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
 
 void Core::PublishProcessSets() {
   std::lock_guard<std::mutex> lock(mutex_);
+  ++published_generation_;
   published_sets_.clear();
   published_set_rank_.clear();
   for (auto &[id, set] : sets_) {
@@ -389,7 +445,7 @@ bool Core::Iterate() {
   last_round_ = now;
   timeline_.MarkCycle(now);
   Distribute(fresh_);
-  fresh_.Clear();
+  fresh_.clear();
   input.idle = NothingPending();
   if (autotuner_) {
     input.coordinator_words[0] = static_cast<uint64_t>(autotuner_->fusion_threshold_bytes());
@@ -452,16 +508,13 @@ void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
   if (words[1] != kNone) set_cycle(static_cast<double>(words[1]) / 1000.0);
 }
 
-bool Core::AnyInFlight() const {
-  for (const auto &[id, names] : in_flight_) {
-    if (!names.empty()) return true;
-  }
-  return false;
-}
+bool Core::AnyInFlight() const { return registry_.AnyInFlight(); }
 
 bool Core::NothingPending() const {
   for (const auto &[id, set] : sets_) {
-    if (!set->pending.empty()) return false;
+    for (const Entry *e : set->arrival_order) {
+      if (e) return false;
+    }
   }
   return true;
 }
@@ -498,15 +551,14 @@ void Core::ReceiveWakes(int32_t count) {
 }
 
 void Core::TearDown() {
-  EntryQueue queued;
+  std::vector<Entry *> queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    running_ = false;
+    running_ = false;  // nothing is enqueued from now on; the entries stay in the registry until the end
     queued.swap(queue_);
-    in_flight_.clear();
   }
   ready_cv_.notify_all();  // a caller waiting for a timeline change gives up
-  for (Entry &e : queued) handles_.Fail(e.handle, kShutDownMessage);
+  for (Entry *e : queued) handles_.Fail(e->handle, kShutDownMessage);
   if (wake_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&wake_request_);
     MPI_Wait(&wake_request_, MPI_STATUS_IGNORE);
@@ -514,8 +566,8 @@ void Core::TearDown() {
   quiet_ = false;
   MPI_Comm_free(&wake_comm_);
   for (auto &[id, set] : sets_) {
-    for (auto &[name, e] : set->pending) {
-      if (e.state != Entry::State::kFinished) handles_.Fail(e.handle, kShutDownMessage);
+    for (Entry *e : set->arrival_order) {
+      if (e) handles_.Fail(e->handle, kShutDownMessage);
     }
     set->eager.FreeMpiObjects();
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
@@ -531,27 +583,22 @@ void Core::TearDown() {
   std::lock_guard<std::mutex> lock(mutex_);
   published_sets_.clear();
   published_set_rank_.clear();
+  registry_.Clear();  // prepared requests' tokens stay unknown: their holders submit by value
 }
 
-void Core::Distribute(EntryQueue &fresh) {
+void Core::Distribute(const std::vector<Entry *> &fresh) {
   auto now = Clock::now();
-  for (Entry &e : fresh) {
-    int32_t set_id = e.process_set_id;
-    auto it = sets_.find(set_id);
+  for (Entry *e : fresh) {
+    auto it = sets_.find(e->process_set_id);
     if (it == sets_.end() || !it->second->member()) {
-      FailForRemovedSet(set_id, e.request.name, e.handle);
+      FailForRemovedSet(*e);
       continue;
     }
     ProcessSet &set = *it->second;
-    e.negotiation_start = now;
-    e.request.sender = set.rank;
-    if (e.request.collective == Collective::kJoin) set.joined = true;
-    // Swapped into a spare node: e gets back that node's buffers, for a request to come.
-    if (Entry *stored = finished_nodes_.Adopt(set.pending, e.request.name, e)) {
-      set.arrival_order.push_back(stored);
-    } else {  // EnqueueLocked keeps names unique in flight: a broken invariant, not a user error (e unchanged)
-      handles_.Fail(e.handle, "internal error: a request of this name is pending already");
-    }
+    e->negotiation_start = now;
+    e->request.sender = set.rank;
+    if (e->request.collective == Collective::kJoin) set.joined = true;
+    set.Arrive(e);
   }
 }
 
@@ -560,42 +607,50 @@ void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64
   FinishBatch(set, &one, 1, error, result);
 }
 
-void Core::FailForRemovedSet(int32_t set_id, const std::string &name, int64_t handle) {
+void Core::FailForRemovedSet(Entry &entry) {
+  const int64_t handle = entry.handle;
+  const std::string message = "process set " + std::to_string(entry.process_set_id) + " was removed before tensor '" +
+                              entry.request.name + "' ran";
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_nodes_.Erase(in_flight_[set_id], name);
+    registry_.Land(entry);  // entry may be gone after this
   }
-  handles_.Fail(handle, "process set " + std::to_string(set_id) + " was removed before tensor '" + name + "' ran");
+  handles_.Fail(handle, message);
 }
 
 void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
                        int64_t result) {
-  finished_handles_.clear();
   finished_entries_.clear();
+  finished_handles_.clear();
+  size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     Entry *e = entries[i];
     if (!e) continue;
+    set.Leave(e);
     finished_entries_.push_back(e);
     finished_handles_.push_back(e->handle);
+    if (finished_results_.size() <= n) finished_results_.resize(n + 1);
+    HandleState &r = finished_results_[n++];
+    r.output = std::move(e->core_output);
+    r.output_shape = std::move(e->output_shape);
+    r.received_splits = std::move(e->received_splits);
   }
-  if (finished_entries_.empty()) return;  // nothing here (joined, or no eager results): wake nobody
+  if (n == 0) return;  // nothing here (joined, or no eager results): wake nobody
   {
-    // Out of flight before the handles complete: a waiter may resubmit the names at once.
+    // Out of flight before the handles complete, so that a waiter may submit the names again at once; from
+    // here on the entries belong to the next submissions (or are gone): only their results are read.
     std::lock_guard<std::mutex> lock(mutex_);
-    Names &names = in_flight_[set.id];
-    for (Entry *e : finished_entries_) in_flight_nodes_.Erase(names, e->request.name);
+    for (Entry *e : finished_entries_) registry_.Land(*e);
   }
-  finished_ += static_cast<int64_t>(finished_entries_.size());
-  handles_.CompleteAll(finished_handles_.data(), finished_handles_.size(), [&](size_t i, HandleState &s) {
-    Entry &e = *finished_entries_[i];
+  finished_ += static_cast<int64_t>(n);
+  handles_.CompleteAll(finished_handles_.data(), n, [&](size_t i, HandleState &s) {
+    HandleState &r = finished_results_[i];
     s.error = error;
     s.result = result;
-    s.output = std::move(e.core_output);
-    s.output_shape = std::move(e.output_shape);
-    s.received_splits = std::move(e.received_splits);
+    s.output = std::move(r.output);
+    s.output_shape = std::move(r.output_shape);
+    s.received_splits = std::move(r.received_splits);
   }, /*wake=*/false);
-  // They leave the pending entries at the end of the round (ForgetFinished), all at once.
-  for (Entry *e : finished_entries_) e->state = Entry::State::kFinished;
   handles_.WakeWaiters();
 }
 
@@ -619,7 +674,10 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
 
 void Core::Execute(ProcessSet &set, const RoundResult &round) {
   FinishEager(set, round.eager);
-  if (round.cached.empty() && round.slow_path.empty() && round.eager.empty()) return;
+  if (round.cached.empty() && round.slow_path.empty()) {
+    ForgetFinished(set);
+    return;
+  }
   // The collectives of the round and this rank's entry for each (null where it has none: it joined).
   std::vector<const Response *> &collectives = round_collectives_;
   std::vector<Entry *> &their_entries = round_entries_;
@@ -663,14 +721,6 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
   ForgetFinished(set);
 }
 
-void Core::ForgetFinished(ProcessSet &set) {
-  auto &order = set.arrival_order;
-  order.erase(std::remove_if(order.begin(), order.end(),
-                             [](const Entry *e) { return e->state == Entry::State::kFinished; }),
-              order.end());
-  finished_nodes_.EraseIf(set.pending, [](const auto &item) { return item.second.state == Entry::State::kFinished; });
-}
-
 void Core::ApplyProcessSetChange(const Response &response) {
   ProcessSet &global = *sets_.at(0);
   Entry *local = global.FindPending(response.spec.name);
@@ -699,8 +749,10 @@ void Core::ApplyProcessSetChange(const Response &response) {
       error = "process set " + std::to_string(id) + " does not exist";
     } else {
       ProcessSet &set = *target->second;
-      for (auto &[name, e] : set.pending) {
-        if (e.state != Entry::State::kFinished) FailForRemovedSet(id, name, e.handle);
+      for (Entry *e : set.arrival_order) {
+        if (!e) continue;
+        set.Leave(e);
+        FailForRemovedSet(*e);
       }
       set.eager.FreeMpiObjects();
       if (set.member()) MPI_Comm_free(&set.comm);

@@ -10,17 +10,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "autotuner.h"
 #include "collective_executor.h"
-#include "entry_queue.h"
 #include "handle_table.h"
 #include "negotiation.h"
-#include "node_pool.h"
 #include "process_set.h"
+#include "request_registry.h"
 #include "timeline.h"
 
 namespace hvdlite {
@@ -38,6 +35,14 @@ struct Settings {
   bool autotune = false;
   std::string autotune_log;
   int32_t overlap = HVDLITE_OVERLAP_AUTO;
+};
+
+// One request handed to Enqueue: a prepared one (its token, and this submission's buffers) or one by value.
+struct Submission {
+  int64_t prepared = 0;          // a token from Core::Prepare; 0: entry describes the request
+  const Entry *entry = nullptr;  // by value: request, process set, buffers (copied)
+  const void *input = nullptr;   // prepared: this submission's buffers
+  void *output = nullptr;
 };
 
 struct Topology {
@@ -58,13 +63,19 @@ class Core {
   bool initialized();
   Topology topology();
 
-  // Enqueues requests atomically (several: a group executed together), copying them: entries keep their
-  // buffers for the caller's next requests. 0, or a negative code.
-  int Enqueue(const Entry *entries, size_t count, int64_t *handles, std::string *error);
+  // Enqueues requests atomically (several: a group executed together), copying what is given by value. 0,
+  // or a negative code: -1 invalid, -2 duplicate name in flight, -3 not running, kUnknownPrepared (nothing
+  // enqueued: submit by value instead).
+  static constexpr int kUnknownPrepared = -4;
+  int Enqueue(const Submission *submissions, size_t count, int64_t *handles, std::string *error);
   // Enqueue, then Wait for every handle: the background thread starts at once, without a coalescing
   // window and without a second wake-up. A negative code if nothing was enqueued, else 0 (all succeeded)
   // or 1 (some failed: read the handles).
-  int EnqueueAndWait(const Entry *entries, size_t count, int64_t *handles, std::string *error);
+  int EnqueueAndWait(const Submission *submissions, size_t count, int64_t *handles, std::string *error);
+  // Registers a request (its buffers are the default ones) for submission by token: its checks are done once
+  // here, and again only when process sets change. A positive token, or a negative code as Enqueue's.
+  int64_t Prepare(const Entry &request, std::string *error);
+  void Unprepare(int64_t token);
   int64_t EnqueueProcessSetChange(Collective change, std::vector<int32_t> ranks, std::string *error);
   int ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks);
   int ProcessSetRank(int32_t id);
@@ -77,7 +88,9 @@ class Core {
   HandleTable &handles() { return handles_; }
 
  private:
-  int EnqueueLocked(const Entry *entries, size_t count, int64_t *handles, std::string *error);
+  int EnqueueLocked(const Submission *submissions, size_t count, int64_t *handles, std::string *error);
+  // Why a request cannot run in its process set as the sets are now ("" when it can). mutex_ held.
+  std::string CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits);
   // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
   // the handles (HandleTable::WaitAll's result) and lowers it.
   int WaitAsCaller(const int64_t *handles, int32_t count);
@@ -87,14 +100,14 @@ class Core {
   bool Iterate();
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
   void TearDown();
-  void Distribute(EntryQueue &fresh);
+  void Distribute(const std::vector<Entry *> &fresh);
   // A request whose process set was removed before it ran: out of flight, its handle failed.
-  void FailForRemovedSet(int32_t set_id, const std::string &name, int64_t handle);
+  void FailForRemovedSet(Entry &entry);
   // Finishes what the round completed eagerly, then runs what it made ready.
   void Execute(ProcessSet &set, const RoundResult &round);
   void FinishEager(ProcessSet &set, const std::vector<EagerResult> &done);
-  // Takes the entries that finished out of the set's pending entries and arrival order.
-  void ForgetFinished(ProcessSet &set);
+  // Closes the arrival order over the entries that finished.
+  void ForgetFinished(ProcessSet &set) { set.CloseHoles(); }
   void Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result = 0);
   // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
   void FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
@@ -116,11 +129,10 @@ class Core {
   std::mutex mutex_;
   std::condition_variable work_cv_;   // wakes the background thread: new work or shutdown
   std::condition_variable ready_cv_;  // wakes Init: set-up finished
-  EntryQueue queue_;
-  // Names of every queued or pending request, per process set id (looked up without building a key).
-  using Names = std::unordered_set<std::string>;
-  std::unordered_map<int32_t, Names> in_flight_;
-  NodePool<Names> in_flight_nodes_;  // names out of flight, reused for the next ones
+  std::vector<Entry *> queue_;  // submitted, not yet taken by the background thread (entries of registry_)
+  RequestRegistry registry_;    // every request in flight, and the prepared ones
+  std::vector<Entry *> claimed_;  // EnqueueLocked's, reused
+  std::vector<RequestRegistry::Prepared *> claimed_prepared_;
   std::map<int32_t, std::vector<int32_t>> published_sets_;
   std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
@@ -138,6 +150,7 @@ class Core {
   std::string set_up_error_;
   Topology topology_;
   int64_t process_set_changes_ = 0;
+  uint64_t published_generation_ = 0;  // PublishProcessSets calls: prepared requests are checked again after one
   int32_t next_group_id_ = 1;
   std::thread thread_;
 
@@ -154,15 +167,16 @@ class Core {
   void ApplyCoordinatorWords(const uint64_t words[2]);
   std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
   int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
-  std::vector<Entry *> finished_entries_;  // FinishBatch's working lists, reused
+  // FinishBatch's working lists, reused: results are moved out of the entries before they leave flight.
+  std::vector<Entry *> finished_entries_;
   std::vector<int64_t> finished_handles_;
+  std::vector<HandleState> finished_results_;
   std::vector<Entry *> eager_finished_;    // FinishEager's batch, reused
   std::vector<const Response *> round_collectives_;  // Execute's working lists, reused
   std::vector<Entry *> round_entries_;
   std::vector<Entry *> batch_entries_;
   Clock::time_point last_round_;
-  EntryQueue fresh_;
-  NodePool<std::unordered_map<std::string, Entry>> finished_nodes_;  // pending entries that ran, reused
+  std::vector<Entry *> fresh_;
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   MPI_Comm wake_comm_ = MPI_COMM_NULL;

@@ -44,7 +44,7 @@ void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::
 std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
   std::vector<Request> mine;
   for (Entry *e : set.arrival_order) {
-    if (e->state != Entry::State::kUnannounced) continue;
+    if (!e || e->state != Entry::State::kUnannounced) continue;
     e->state = Entry::State::kAnnounced;
     e->request.sender = set.rank;
     e->request.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e->enqueued).count();
@@ -115,13 +115,23 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
   bool slow_path_work = !set.due_failures.empty();
   bool held_too_long = false;
   for (Entry *entry : set.arrival_order) {
+    if (!entry) continue;
     Entry &e = *entry;
     const double age = SecondsSince(e.enqueued, now);
     held_too_long |= age > kMaxHoldSeconds;
     if (e.state == Entry::State::kAnnounced) continue;
-    int32_t bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(e.request.name) : -1;
+    int32_t bit = e.cache_bit;
+    if (bit < 0 || set.cache.Stamp(bit) != e.cache_stamp) {  // not matched since the bit last changed
+      bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(e.request.name) : -1;
+      if (bit >= 0 && !set.cache.Matches(bit, e.request, set.rank)) {
+        ClearBit(valid, bit);
+        bit = -1;
+      }
+      e.cache_bit = bit;
+      e.cache_stamp = bit >= 0 ? set.cache.Stamp(bit) : 0;
+    }
     bool stalled = cached_stall_seconds > 0 && age > cached_stall_seconds;
-    if (bit >= 0 && (!set.cache.Matches(bit, e.request, set.rank) || stalled)) {
+    if (bit >= 0 && stalled) {
       ClearBit(valid, bit);
       bit = -1;
     }

@@ -5,46 +5,17 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "coordinator.h"
 #include "eager_allreduce.h"
+#include "entry.h"
 #include "messages.h"
 #include "response_cache.h"
 
 namespace hvdlite {
-
-// A request as its own rank holds it until it has run.
-struct Entry {
-  // kFinished: ran (its handle is complete); it leaves the set's pending entries at the end of the round.
-  enum class State { kUnannounced, kCached, kAnnounced, kFinished };
-  Request request;
-  int32_t process_set_id = 0;
-  const void *input = nullptr;
-  void *output = nullptr;
-  std::vector<int32_t> splits;  // alltoall
-  int64_t handle = 0;
-  Clock::time_point enqueued;
-  Clock::time_point negotiation_start;
-  State state = State::kUnannounced;
-  // Results the core allocates (allgather, alltoall), moved into the handle on completion.
-  std::vector<uint8_t> core_output;
-  std::vector<int64_t> output_shape;
-  std::vector<int32_t> received_splits;
-
-  // Back to a new entry's values, keeping only the buffers of its name and shape for the next request that
-  // reuses this entry (a queue slot, a pending entry's node); results the core allocated are freed.
-  void Recycle() {
-    std::string name = std::move(request.name);
-    std::vector<int64_t> shape = std::move(request.shape);
-    *this = Entry{};
-    name.clear();
-    shape.clear();
-    request.name = std::move(name);
-    request.shape = std::move(shape);
-  }
-};
 
 struct ProcessSet {
   ProcessSet(int32_t id, std::vector<int32_t> ranks, MPI_Comm comm, int32_t cache_capacity)
@@ -56,10 +27,42 @@ struct ProcessSet {
     }
   }
   bool member() const { return comm != MPI_COMM_NULL; }
-  // This rank's pending entry of that name that has not run, or null.
+  // This rank's entry of that name that waits in this set (arrived and not finished), or null. Looked up by
+  // name only on the slow path, for joins and for process-set changes: the index is built when first needed.
   Entry *FindPending(const std::string &name) {
-    auto it = pending.find(name);
-    return it == pending.end() || it->second.state == Entry::State::kFinished ? nullptr : &it->second;
+    if (!pending_index_valid_) {
+      pending_index_.clear();
+      for (Entry *e : arrival_order) {
+        if (e) pending_index_.emplace(e->request.name, e);
+      }
+      pending_index_valid_ = true;
+    }
+    auto it = pending_index_.find(name);
+    return it == pending_index_.end() ? nullptr : it->second;
+  }
+  void Arrive(Entry *e) {
+    e->arrival = static_cast<int32_t>(arrival_order.size());
+    arrival_order.push_back(e);
+    pending_index_valid_ = false;  // rebuilt when next needed: a round of cached requests never needs it
+  }
+  // Out of the arrival order (a hole, closed by CloseHoles at the end of the round).
+  void Leave(Entry *e) {
+    if (e->arrival < 0) return;
+    arrival_order[e->arrival] = nullptr;
+    e->arrival = -1;
+    has_holes_ = true;
+    if (pending_index_valid_) pending_index_.erase(e->request.name);
+  }
+  void CloseHoles() {
+    if (!has_holes_) return;
+    size_t kept = 0;
+    for (Entry *e : arrival_order) {
+      if (!e) continue;
+      e->arrival = static_cast<int32_t>(kept);
+      arrival_order[kept++] = e;
+    }
+    arrival_order.resize(kept);
+    has_holes_ = false;
   }
 
   int32_t id;
@@ -67,8 +70,8 @@ struct ProcessSet {
   MPI_Comm comm;               // MPI_COMM_NULL where this rank is not a member
   int rank = -1;
   int size = 0;
-  std::unordered_map<std::string, Entry> pending;  // submitted here, not yet run (or ran this round)
-  std::vector<Entry *> arrival_order;              // the pending entries in submission order
+  // This rank's entries waiting in this set, in submission order (null: finished this round).
+  std::vector<Entry *> arrival_order;
   ResponseCache cache;
   std::unique_ptr<Coordinator> coordinator;        // rank 0 of the set only
   std::vector<Response> due_failures;              // coordinator: stalled names to fail next round
@@ -81,6 +84,11 @@ struct ProcessSet {
   std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
   bool joined = false;                             // this rank called join and waits for the others
+
+ private:
+  std::unordered_map<std::string_view, Entry *> pending_index_;  // FindPending's, keyed by the entries' names
+  bool pending_index_valid_ = false;
+  bool has_holes_ = false;
 };
 
 }  // namespace hvdlite

@@ -1,6 +1,16 @@
 #include "response_cache.h"
 
+#include <atomic>
+
 namespace hvdlite {
+namespace {
+
+uint64_t NextStamp() {
+  static std::atomic<uint64_t> last{0};  // shared by every process set's cache (background thread only)
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+}  // namespace
 
 bool ResponseCache::Cacheable(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kAllgather || c == Collective::kBroadcast ||
@@ -54,6 +64,7 @@ void ResponseCache::Put(const Response &response) {
   slot.used = true;
   slot.response = response;
   slot.last_used = ++tick_;
+  slot.stamp = NextStamp();
 }
 
 void ResponseCache::Erase(int32_t bit) {
@@ -61,6 +72,7 @@ void ResponseCache::Erase(int32_t bit) {
   if (!slot.used) return;
   bits_.erase(slot.response.spec.name);
   slot = Slot{};
+  slot.stamp = NextStamp();
 }
 
 }  // namespace hvdlite

@@ -20,6 +20,9 @@ class ResponseCache {
   int32_t Lookup(const std::string &name) const;
   const Response &Get(int32_t bit) const { return slots_[bit].response; }
   bool Used(int32_t bit) const { return slots_[bit].used; }
+  // Changes whenever the bit gets another response (or none), and never repeats, in any cache: a request
+  // that matched the bit's response may skip Lookup and Matches while the stamp it saw then holds.
+  uint64_t Stamp(int32_t bit) const { return slots_[bit].stamp; }
   // Whether this rank's request can reuse the cached agreement unchanged.
   bool Matches(int32_t bit, const Request &local, int32_t my_rank) const;
   // Starts a round: what is touched or put from now on is not evicted before the next StartRound, so the
@@ -36,6 +39,7 @@ class ResponseCache {
   struct Slot {
     bool used = false;
     uint64_t last_used = 0;
+    uint64_t stamp = 0;
     Response response;
   };
   std::vector<Slot> slots_;

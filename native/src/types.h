@@ -1,5 +1,6 @@
 // Element types, reduction operators and collectives as the core sees them.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -7,6 +8,8 @@
 #include "hvdlite.h"
 
 namespace hvdlite {
+
+using Clock = std::chrono::steady_clock;  // every duration and time point of the core
 
 enum class DataType : int32_t {
   kUInt8 = HVDLITE_UINT8, kInt8 = HVDLITE_INT8, kInt16 = HVDLITE_INT16, kInt32 = HVDLITE_INT32,

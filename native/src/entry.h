@@ -1,0 +1,62 @@
+// A request as its own rank holds it: one Entry per name and process set (request_registry.h), reused by every
+// submission of that name, so that a request submitted step after step is copied, hashed and checked once.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages.h"
+
+namespace hvdlite {
+
+struct Entry {
+  enum class State { kUnannounced, kCached, kAnnounced };
+
+  // The submission, written by the submitting thread under the core's mutex while the entry is out of flight.
+  Request request;
+  int32_t process_set_id = 0;
+  const void *input = nullptr;
+  void *output = nullptr;
+  std::vector<int32_t> splits;  // alltoall
+  int64_t handle = 0;
+  Clock::time_point enqueued;
+
+  // Flight, under the core's mutex: set by a submission, cleared once it has finished.
+  bool in_flight = false;
+  int32_t prepared = 0;    // prepared requests that submit through this entry: it outlives their submissions
+  int64_t written_by = 0;  // the prepared request whose request it holds (0: a submission by value)
+
+  // The background thread's, while the entry is in flight.
+  State state = State::kUnannounced;
+  Clock::time_point negotiation_start;
+  int32_t arrival = -1;  // position in its process set's arrival order; -1 when not there
+  // The response-cache bit this request matched, and that bit's stamp then: while both hold, the next
+  // round takes the bit without looking the name up (reset whenever the request is rewritten).
+  int32_t cache_bit = -1;
+  uint64_t cache_stamp = 0;
+  // Results the core allocates (allgather, alltoall), moved into the handle on completion.
+  std::vector<uint8_t> core_output;
+  std::vector<int64_t> output_shape;
+  std::vector<int32_t> received_splits;
+
+  // Back to a new entry's values, keeping only the buffers of its name and shape for the next request that
+  // reuses this entry's node; results the core allocated are freed.
+  void Recycle() {
+    std::string name = std::move(request.name);
+    std::vector<int64_t> shape = std::move(request.shape);
+    *this = Entry{};
+    name.clear();
+    shape.clear();
+    request.name = std::move(name);
+    request.shape = std::move(shape);
+  }
+  // Takes another request's description (not its flight or results); the cached bit no longer holds.
+  void Describe(const Request &r, int32_t set_id, const std::vector<int32_t> &new_splits) {
+    request = r;
+    process_set_id = set_id;
+    splits = new_splits;
+    cache_bit = -1;
+  }
+};
+
+}  // namespace hvdlite
