@@ -1,8 +1,9 @@
 """The per-tensor calls made in C (native/python/hotpath.c), on real MPI ranks: prepared requests resubmitted
 with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
 collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
-prepared group pointed at new buffers in one call, a failing member of wait_all, and one-off Requests (filled in
-C, or by requests.py for what C leaves to it). Every result is checked against a float64 reference.
+prepared group pointed at new buffers in one call, a failing member of wait_all, one-off Requests (filled in
+C, or by requests.py for what C leaves to it), and prepared requests' tokens (a name shared with submissions
+by value, duplicates, a request dropped in flight, a removed process set, a token from before init() again). Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
@@ -49,6 +50,87 @@ def check_prepared_reuse(rank, size):
         request.run(x, x, x).release()
         inputs = [rank_input("float64", (7,), r, "average", ("inplace", step)) for r in range(size)]
         check_close("hot.inplace", x, reduce_reference(inputs, "average"), "float64", f"step {step}")
+
+
+def expect_sum(name, out, what, size, dtype="float32"):
+    check_close(name, out, np.full(out.shape, size * (size + 1) / 2), dtype, what)
+
+
+def check_prepared_tokens(rank, size):
+    # A prepared request is known to the core by a token and submitted as token + buffers; the core must still
+    # see every change made to its name by others, and refuse what it would refuse by value.
+    ones = lambda shape, dtype="float32": np.full(shape, rank + 1.0, dtype)  # noqa: E731
+    # The same name prepared (float32, (4,)) and submitted by value (float64, (2, 3)), alternately: each
+    # submission runs with its own description, not the other's.
+    shared = prepared("hot.token.shared", "float32", (4,))
+    assert shared._token > 0, "a request prepared after init must have a token"
+    for step in range(3):
+        x = ones(4)
+        shared.run(x, x, x).release()
+        expect_sum("hot.token.shared", x, f"prepared, step {step}", size)
+        y = ones((2, 3), "float64")
+        run(Request(Collective.ALLREDUCE, "hot.token.shared", "float64", y.shape, y.ctypes.data, y.ctypes.data,
+                    op=hvd.Sum, keepalive=y)).release()
+        expect_sum("hot.token.shared", y, f"by value, step {step}", size, "float64")
+    # In flight, the token is refused as a duplicate (by value too), and nothing is left in flight by it.
+    x = ones(4)
+    handle = shared.submit(x, x, x)
+    expect_error(ValueError, ["Duplicate tensor name", "hot.token.shared"], lambda: shared.submit(x, x, x))
+    expect_error(ValueError, ["Duplicate tensor name", "hot.token.shared"],
+                 lambda: submit(Request(Collective.ALLREDUCE, "hot.token.shared", "float32", (4,), x.ctypes.data,
+                                        x.ctypes.data, op=hvd.Sum, keepalive=x)))
+    handle.wait()
+    handle.release()
+    expect_sum("hot.token.shared", x, "after the refused duplicates", size)
+    # A group naming one prepared request twice is refused whole; its members are not left in flight.
+    a, b = ones(4), ones(4)
+    twice = PreparedGroup([Request(Collective.ALLREDUCE, "hot.token.twice", "float32", (4,), a.ctypes.data,
+                                   a.ctypes.data, op=hvd.Sum, keepalive=a)] * 2)
+    expect_error(ValueError, ["Duplicate tensor name", "hot.token.twice"], twice.submit)
+    once = prepared("hot.token.twice", "float32", (4,))
+    once.run(b, b, b).release()
+    expect_sum("hot.token.twice", b, "after the refused group", size)
+    # Dropped while in flight: the request still completes, and its name is free afterwards.
+    c = ones(4)
+    dropped = prepared("hot.token.dropped", "float32", (4,))
+    handle = dropped.submit(c, c, c)
+    del dropped
+    gc.collect()
+    handle.wait()
+    handle.release()
+    expect_sum("hot.token.dropped", c, "prepared request dropped in flight", size)
+    d = ones(4)
+    run(Request(Collective.ALLREDUCE, "hot.token.dropped", "float32", (4,), d.ctypes.data, d.ctypes.data,
+                op=hvd.Sum, keepalive=d)).release()
+    expect_sum("hot.token.dropped", d, "by value after the drop", size)
+    # Prepared in a process set that is then removed: checked again, it is refused naming the set and tensor. A
+    # rank outside the set gets no token, and the same refusal as by value.
+    subset = hvd.add_process_set(list(range(size - 1)))
+    in_set = PreparedRequest(Request(Collective.ALLREDUCE, "hot.token.set", "float32", (4,), op=hvd.Sum,
+                                     process_set=subset))
+    e = ones(4)
+    if rank < size - 1:
+        in_set.run(e, e, e).release()
+        check_close("hot.token.set", e, np.full(4, (size - 1) * size / 2), "float32", "in an added process set")
+    else:
+        assert in_set._token == 0, "a rank outside the set must get no token"
+        expect_error(ValueError, ["not a member", "hot.token.set"], lambda: in_set.submit(e, e, e))
+    set_id = subset.process_set_id
+    assert hvd.remove_process_set(subset)
+    expect_error(ValueError, [f"process set {set_id} does not exist", "hot.token.set"], lambda: in_set.submit(e, e, e))
+    return shared
+
+
+def check_tokens_after_restart(rank, size, shared):
+    # Prepared before a shutdown: the new core does not know the token, and the request goes by value.
+    x = np.full(4, rank + 1.0, np.float32)
+    shared.run(x, x, x).release()
+    expect_sum("hot.token.shared", x, "prepared before init() again", size)
+    again = prepared("hot.token.again", "float32", (4,))
+    assert again._token not in (0, shared._token), "a request prepared after init() again needs a new token"
+    x = np.full(4, rank + 1.0, np.float32)
+    again.run(x, x, x).release()
+    expect_sum("hot.token.again", x, "prepared after init() again", size)
 
 
 def check_named_numpy_calls(rank, size):
@@ -217,7 +299,11 @@ def main():
     for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
                   check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
         check(rank, size)
+    shared = check_prepared_tokens(rank, size)
     assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
+    hvd.shutdown()
+    hvd.init()
+    check_tokens_after_restart(rank, size, shared)
     hvd.shutdown()
     print("WORKER OK", flush=True)
 
