@@ -155,6 +155,9 @@ int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *er
 int hvdlite_poll(hvdlite_handle handle);
 /* 1 when every handle is done (unknown ones count as done), else 0. */
 int hvdlite_all_done(const hvdlite_handle *handles, int32_t count);
+/* hvdlite_wait_all's result where it would return at once (all done, or one unknown), else -2 (pending):
+ * lets a caller keep its interpreter lock for a wait that does not block. */
+int hvdlite_wait_all_done(const hvdlite_handle *handles, int32_t count);
 /* Blocks until done (callers release the GIL). 0 on success, 1 on error, -1 unknown handle. */
 int hvdlite_wait(hvdlite_handle handle);
 /* Waits for every handle (a group): -1 if one is unknown, else 0 when all succeeded, or 1 + the index of

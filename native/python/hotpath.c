@@ -102,8 +102,8 @@ static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
 /* hvdlite_wait_all, letting go of the GIL only when something is still pending (a finished wait returns at
  * once, and handing the GIL over costs more than it). */
 static int wait_for(const hvdlite_handle *ids, int32_t count) {
-  if (hvdlite_all_done(ids, count)) return hvdlite_wait_all(ids, count);
-  int code;
+  int code = hvdlite_wait_all_done(ids, count);
+  if (code != -2) return code;
   Py_BEGIN_ALLOW_THREADS
   code = hvdlite_wait_all(ids, count);
   Py_END_ALLOW_THREADS

@@ -193,6 +193,9 @@ int hvdlite_all_done(const hvdlite_handle *handles, int32_t count) {
   return Core::Get().handles().AllDone(handles, std::max(0, count)) ? 1 : 0;
 }
 int hvdlite_wait(hvdlite_handle handle) { return Core::Get().Wait(handle); }
+int hvdlite_wait_all_done(const hvdlite_handle *handles, int32_t count) {
+  return Core::Get().handles().ResultIfDone(handles, std::max(0, count));
+}
 int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count) {
   return Core::Get().WaitAll(handles, std::max(0, count));
 }

@@ -198,7 +198,7 @@ int Core::EnqueueLocked(const Submission *submissions, size_t count, int64_t *ha
       e.input = s.entry->input;
       e.output = s.entry->output;
     }
-    e.request.group_id = group_id;
+    e.group_id = group_id;
     e.enqueued = now;
     e.handle = handles[i];
     e.state = Entry::State::kUnannounced;
@@ -403,7 +403,8 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
 
 int Core::WaitAll(const int64_t *handles, int32_t count) {
   // Done (or unknown) already: no need to hurry anyone.
-  if (handles_.AllDone(handles, count)) return handles_.WaitAll(handles, count);
+  const int known = handles_.ResultIfDone(handles, count);
+  if (known != HandleTable::kPending) return known;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++callers_waiting_;
@@ -596,7 +597,6 @@ void Core::Distribute(const std::vector<Entry *> &fresh) {
     }
     ProcessSet &set = *it->second;
     e->negotiation_start = now;
-    e->request.sender = set.rank;
     if (e->request.collective == Collective::kJoin) set.joined = true;
     set.Arrive(e);
   }

@@ -12,28 +12,32 @@ namespace hvdlite {
 struct Entry {
   enum class State { kUnannounced, kCached, kAnnounced };
 
+  // First what every submission writes and every round reads, side by side: a step's entries are out of the
+  // cache by the next step (its data went through it), and each line a submission touches costs a miss.
   // The submission, written by the submitting thread under the core's mutex while the entry is out of flight.
-  Request request;
-  int32_t process_set_id = 0;
   const void *input = nullptr;
   void *output = nullptr;
-  std::vector<int32_t> splits;  // alltoall
   int64_t handle = 0;
   Clock::time_point enqueued;
-
+  int32_t group_id = 0;  // nonzero: submitted together with others of the same id (the request's, when announced)
   // Flight, under the core's mutex: set by a submission, cleared once it has finished.
   bool in_flight = false;
   int32_t prepared = 0;    // prepared requests that submit through this entry: it outlives their submissions
   int64_t written_by = 0;  // the prepared request whose request it holds (0: a submission by value)
-
   // The background thread's, while the entry is in flight.
   State state = State::kUnannounced;
-  Clock::time_point negotiation_start;
   int32_t arrival = -1;  // position in its process set's arrival order; -1 when not there
   // The response-cache bit this request matched, and that bit's stamp then: while both hold, the next
   // round takes the bit without looking the name up (reset whenever the request is rewritten).
   int32_t cache_bit = -1;
   uint64_t cache_stamp = 0;
+  Clock::time_point negotiation_start;
+
+  // What the request is: written when a submission changes it.
+  Request request;
+  int32_t process_set_id = 0;
+  std::vector<int32_t> splits;  // alltoall
+
   // Results the core allocates (allgather, alltoall), moved into the handle on completion.
   std::vector<uint8_t> core_output;
   std::vector<int64_t> output_shape;

@@ -66,6 +66,18 @@ bool HandleTable::AllDone(const int64_t *handles, int32_t count) {
   return true;
 }
 
+int HandleTable::ResultIfDone(const int64_t *handles, int32_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int first_failure = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    HandleState *state = Find(handles[i]);
+    if (!state) return -1;
+    if (!state->done) return kPending;
+    if (!state->error.empty() && first_failure == 0) first_failure = i + 1;
+  }
+  return first_failure;
+}
+
 int HandleTable::WaitAll(const int64_t *handles, int32_t count) {
   std::unique_lock<std::mutex> lock(mutex_);
   int first_failure = 0;

@@ -54,6 +54,9 @@ class HandleTable {
   // WaitAll returns -1 for an unknown handle, else 0, or 1 + the index of the first that failed.
   bool AllDone(const int64_t *handles, int32_t count);
   int WaitAll(const int64_t *handles, int32_t count);
+  // WaitAll's result where it would not block (under one lock), else kPending.
+  static constexpr int kPending = -2;
+  int ResultIfDone(const int64_t *handles, int32_t count);
   // Like Wait, or kTimedOut once timeout has passed.
   static constexpr int kTimedOut = 2;
   template <typename Duration>

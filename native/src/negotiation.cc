@@ -47,6 +47,7 @@ std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
     if (!e || e->state != Entry::State::kUnannounced) continue;
     e->state = Entry::State::kAnnounced;
     e->request.sender = set.rank;
+    e->request.group_id = e->group_id;
     e->request.age_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - e->enqueued).count();
     mine.push_back(e->request);
   }
