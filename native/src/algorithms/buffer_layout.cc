@@ -5,9 +5,35 @@
 #include "../reduce_kernels.h"
 
 namespace hvdlite {
+namespace {
+
+// The tensors of a batch are separate allocations, mostly in 4 KiB pages, where one big tensor often has huge
+// pages: the hardware prefetcher stops at every page, and every page costs a TLB walk. Touching one line per
+// page of the pieces a little ahead starts those walks and loads early (256 x 16 KiB gathered then scattered,
+// one thread: 10% faster; docs/benchmarks.md, session 18).
+constexpr size_t kPiecesAhead = 2;
+constexpr int64_t kPage = 4096;
+constexpr int64_t kMaxAheadBytes = 64 << 10;  // a large piece streams well enough on its own
+
+}  // namespace
+
+void BufferLayout::PrefetchPages(size_t i, bool input, bool write) const {
+  i += kPiecesAhead;
+  if (i >= pieces_->size()) return;
+  const uint8_t *at = Address(i, input);
+  const int64_t bytes = std::min((*pieces_)[i].bytes, kMaxAheadBytes);
+  for (int64_t offset = 0; offset < bytes; offset += kPage) {
+    if (write) {
+      __builtin_prefetch(at + offset, 1);
+    } else {
+      __builtin_prefetch(at + offset, 0);
+    }
+  }
+}
 
 void BufferLayout::Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to) const {
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    PrefetchPages(i, input, /*write=*/false);
     std::memcpy(to, Address(i, input) + skip, static_cast<size_t>(take));
     to += take;
   });
@@ -15,6 +41,7 @@ void BufferLayout::Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to)
 
 void BufferLayout::Scatter(int64_t begin, int64_t bytes, const uint8_t *from) const {
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    PrefetchPages(i, /*input=*/false, /*write=*/true);
     std::memcpy(Address(i, /*input=*/false) + skip, from, static_cast<size_t>(take));
     from += take;
   });
@@ -25,6 +52,8 @@ void BufferLayout::Reduce(int64_t begin, int64_t bytes, const uint8_t *received,
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
     const BufferPiece &p = (*pieces_)[i];
+    PrefetchPages(i, /*input=*/!from_output, /*write=*/false);
+    if (!from_output && p.output != p.input) PrefetchPages(i, /*input=*/false, /*write=*/true);
     ReduceTo(p.output + skip, (from_output ? p.output : p.input) + skip, received, take / element, dtype, op);
     received += take;
   });

@@ -70,6 +70,9 @@ class BufferLayout {
     return std::min(i == 0 ? 0 : i - 1, pieces_->size() - 1);
   }
 
+  // Starts loading the pages of the piece a little after piece i (its inputs or outputs).
+  void PrefetchPages(size_t i, bool input, bool write) const;
+
   const std::vector<BufferPiece> *pieces_ = nullptr;
   std::vector<int64_t> begin_;  // begin_[i]: where piece i starts in the virtual buffer
 };
