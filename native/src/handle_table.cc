@@ -10,35 +10,14 @@ static_assert(std::is_nothrow_move_constructible_v<HandleState>, "slots must mov
 
 void HandleTable::CreateMany(int64_t *handles, size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < count; ++i) {
-    if (free_.empty()) {
-      free_.push_back(static_cast<uint32_t>(slots_.size()));
-      slots_.emplace_back();
-    }
-    const uint32_t index = free_.back();
-    free_.pop_back();
-    Slot &slot = slots_[index];
-    slot.live = true;
-    if (++slot.generation == 0) slot.generation = 1;  // never 0: every handle is positive
-    handles[i] = static_cast<int64_t>(uint64_t{slot.generation} << 32 | index);
-  }
-}
-
-HandleState *HandleTable::Find(int64_t handle) {
-  const uint32_t index = IndexOf(handle);
-  if (handle <= 0 || index >= slots_.size()) return nullptr;
-  Slot &slot = slots_[index];
-  if (!slot.live || slot.generation != static_cast<uint64_t>(handle) >> 32) return nullptr;
-  return &slot.state;
+  for (size_t i = 0; i < count; ++i) handles[i] = slots_.Add();
 }
 
 bool HandleTable::ReleaseLocked(int64_t handle) {
   HandleState *state = Find(handle);
   if (!state) return false;
   const bool pending = !state->done;
-  *state = HandleState{};  // what it owned (an output, an error) is freed now, not when the slot is reused
-  slots_[IndexOf(handle)].live = false;
-  free_.push_back(IndexOf(handle));
+  slots_.Remove(handle);
   return pending;
 }
 

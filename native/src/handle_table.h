@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "slot_table.h"
+
 namespace hvdlite {
 
 struct HandleState {
@@ -82,23 +84,16 @@ class HandleTable {
  private:
   // A handle is (generation << 32) | slot index: finding its state is an array index, not a hash lookup, and
   // a released handle whose slot a newer request took is told apart by the slot's generation.
-  struct Slot {
-    HandleState state;
-    uint32_t generation = 0;
-    bool live = false;
-  };
-  static uint32_t IndexOf(int64_t handle) { return static_cast<uint32_t>(handle & 0xffffffff); }
   // Null for a handle unknown or released. Under the lock, and good only while it is held: slots move as the
   // table grows, so a waiter looks its handle up again whenever it wakes.
-  HandleState *Find(int64_t handle);
+  HandleState *Find(int64_t handle) { return slots_.Find(handle); }
   bool ReleaseLocked(int64_t handle);  // true when it had not finished
 
   std::mutex mutex_;
   std::condition_variable done_;
-  std::vector<Slot> slots_;
-  // Released slots; the last released is reused first (still in cache). As many slots as requests were ever
-  // in flight at once: nothing grows with the number of steps.
-  std::vector<uint32_t> free_;
+  // A handle is a slot's token: creating, completing, waiting for and releasing one is an array access. As many
+  // slots as requests were ever in flight at once: nothing grows with the number of steps.
+  SlotTable<HandleState> slots_;
 };
 
 }  // namespace hvdlite

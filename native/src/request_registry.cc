@@ -24,16 +24,8 @@ void RequestRegistry::Drop(Entry &e) {
 }
 
 int64_t RequestRegistry::Prepare(const Entry &e) {
-  if (free_.empty()) {
-    free_.push_back(static_cast<uint32_t>(slots_.size()));
-    slots_.emplace_back();
-  }
-  const uint32_t index = free_.back();
-  free_.pop_back();
-  Slot &slot = slots_[index];
-  slot.live = true;
-  if (++slot.generation == 0) slot.generation = 1;  // never 0: every token is positive
-  Prepared &p = slot.prepared;
+  const int64_t token = prepared_.Add();
+  Prepared &p = *prepared_.Find(token);
   p.entry = nodes_.Insert(sets_[e.process_set_id], e.request.name).first;
   p.entry->request.name = e.request.name;
   p.entry->process_set_id = e.process_set_id;
@@ -42,15 +34,7 @@ int64_t RequestRegistry::Prepare(const Entry &e) {
   p.process_set_id = e.process_set_id;
   p.splits = e.splits;
   p.checked_sets = 0;
-  return static_cast<int64_t>(uint64_t{slot.generation} << 32 | index);
-}
-
-RequestRegistry::Prepared *RequestRegistry::Find(int64_t token) {
-  const uint32_t index = static_cast<uint32_t>(token & 0xffffffff);
-  if (token <= 0 || index >= slots_.size()) return nullptr;
-  Slot &slot = slots_[index];
-  if (!slot.live || slot.generation != static_cast<uint64_t>(token) >> 32) return nullptr;
-  return &slot.prepared;
+  return token;
 }
 
 void RequestRegistry::Unprepare(int64_t token) {
@@ -60,21 +44,13 @@ void RequestRegistry::Unprepare(int64_t token) {
   --e.prepared;
   if (e.written_by == token) e.written_by = 0;  // a later token in this slot must not take it as its own
   Drop(e);
-  const uint32_t index = static_cast<uint32_t>(token & 0xffffffff);
-  slots_[index].live = false;
-  slots_[index].prepared = Prepared{};
-  free_.push_back(index);
+  prepared_.Remove(token);
 }
 
 void RequestRegistry::Clear() {
   sets_.clear();
   in_flight_ = 0;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].live) continue;
-    slots_[i].live = false;
-    slots_[i].prepared = Prepared{};
-    free_.push_back(i);
-  }
+  prepared_.Clear();
 }
 
 }  // namespace hvdlite

@@ -11,6 +11,7 @@
 
 #include "entry.h"
 #include "node_pool.h"
+#include "slot_table.h"
 
 namespace hvdlite {
 
@@ -40,7 +41,7 @@ class RequestRegistry {
   // A token for request (described by e), which stays valid until Unprepare or Clear.
   int64_t Prepare(const Entry &e);
   // The prepared request of a token, or null for a token unknown here (unprepared, or from before Clear).
-  Prepared *Find(int64_t token);
+  Prepared *Find(int64_t token) { return prepared_.Find(token); }
   void Unprepare(int64_t token);
 
   // Forgets every request and prepared request (the core shut down): tokens handed out so far stay unknown.
@@ -48,19 +49,12 @@ class RequestRegistry {
 
  private:
   using Names = std::unordered_map<std::string, Entry>;
-  struct Slot {
-    Prepared prepared;
-    uint32_t generation = 0;
-    bool live = false;
-  };
   void Drop(Entry &e);
 
   std::unordered_map<int32_t, Names> sets_;
   NodePool<Names> nodes_;
   int64_t in_flight_ = 0;
-  // Prepared requests, as the handle table keeps handles: token = (generation << 32) | index.
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
+  SlotTable<Prepared> prepared_;  // a prepared request's token is its slot's
 };
 
 }  // namespace hvdlite
