@@ -133,9 +133,7 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
   if (submissions.size() < n) submissions.resize(n);
   std::string message;
   Core &core = Core::Get();
-  // Prepared requests go by token; a token the core does not know (it was shut down and started again since)
-  // sends the whole group by value.
-  for (bool by_value : {false, true}) {
+  auto submit = [&](bool by_value) {
     for (int32_t i = 0; i < count; ++i) {
       const hvdlite_request &r = requests[i];
       Submission &s = submissions[i];
@@ -147,18 +145,18 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
       } else if (ToEntry(r, &entries[i], &message)) {
         s.entry = &entries[i];
       } else {
-        CopyError(message, error, error_len);
         return -1;
       }
     }
-    int code = wait ? core.EnqueueAndWait(submissions.data(), n, handles, &message)
-                    : core.Enqueue(submissions.data(), n, handles, &message);
-    if (code == Core::kUnknownPrepared) continue;
-    if (code < 0) CopyError(message, error, error_len);
-    return code;
-  }
-  CopyError("internal error: a request submitted by value was taken for a prepared one", error, error_len);
-  return -1;
+    return wait ? core.EnqueueAndWait(submissions.data(), n, handles, &message)
+                : core.Enqueue(submissions.data(), n, handles, &message);
+  };
+  // Prepared requests go by token; a token the core does not know (it was shut down and started again since)
+  // sends the whole group by value.
+  int code = submit(/*by_value=*/false);
+  if (code == Core::kUnknownPrepared) code = submit(/*by_value=*/true);
+  if (code < 0) CopyError(message, error, error_len);
+  return code;
 }
 
 }  // namespace

@@ -2,13 +2,18 @@
 
 namespace hvdlite {
 
-Entry *RequestRegistry::Claim(int32_t set_id, const std::string &name) {
+Entry &RequestRegistry::EntryFor(int32_t set_id, const std::string &name) {
   auto [e, made] = nodes_.Insert(sets_[set_id], name);
   if (made) {
     e->request.name = name;
     e->process_set_id = set_id;
   }
-  return e->in_flight ? nullptr : e;
+  return *e;
+}
+
+Entry *RequestRegistry::Claim(int32_t set_id, const std::string &name) {
+  Entry &e = EntryFor(set_id, name);
+  return e.in_flight ? nullptr : &e;
 }
 
 void RequestRegistry::Land(Entry &e) {
@@ -26,9 +31,7 @@ void RequestRegistry::Drop(Entry &e) {
 int64_t RequestRegistry::Prepare(const Entry &e) {
   const int64_t token = prepared_.Add();
   Prepared &p = *prepared_.Find(token);
-  p.entry = nodes_.Insert(sets_[e.process_set_id], e.request.name).first;
-  p.entry->request.name = e.request.name;
-  p.entry->process_set_id = e.process_set_id;
+  p.entry = &EntryFor(e.process_set_id, e.request.name);
   ++p.entry->prepared;
   p.request = e.request;
   p.process_set_id = e.process_set_id;
@@ -42,7 +45,7 @@ void RequestRegistry::Unprepare(int64_t token) {
   if (!p) return;
   Entry &e = *p->entry;
   --e.prepared;
-  if (e.written_by == token) e.written_by = 0;  // a later token in this slot must not take it as its own
+  if (e.written_by == token) e.written_by = 0;  // its description belongs to no live prepared request now
   Drop(e);
   prepared_.Remove(token);
 }

@@ -34,8 +34,6 @@ class RequestRegistry {
   }
   // Out of flight (finished, or failed before it ran); its node goes back to the pool unless prepared.
   void Land(Entry &e);
-  // A claimed entry that did not go in flight (its group was refused); its node goes back unless prepared.
-  void Unclaim(Entry &e) { Drop(e); }
   bool AnyInFlight() const { return in_flight_ > 0; }
 
   // A token for request (described by e), which stays valid until Unprepare or Clear.
@@ -49,7 +47,8 @@ class RequestRegistry {
 
  private:
   using Names = std::unordered_map<std::string, Entry>;
-  void Drop(Entry &e);
+  Entry &EntryFor(int32_t set_id, const std::string &name);  // made (named, in its set) if there is none
+  void Drop(Entry &e);  // gives the entry's node back unless it is in flight or prepared
 
   std::unordered_map<int32_t, Names> sets_;
   NodePool<Names> nodes_;

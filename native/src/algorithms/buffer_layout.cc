@@ -53,7 +53,7 @@ void BufferLayout::Reduce(int64_t begin, int64_t bytes, const uint8_t *received,
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
     const BufferPiece &p = (*pieces_)[i];
     PrefetchPages(i, /*input=*/!from_output, /*write=*/false);
-    if (!from_output && p.output != p.input) PrefetchPages(i, /*input=*/false, /*write=*/true);
+    if (!from_output) PrefetchPages(i, /*input=*/false, /*write=*/true);  // where the result goes
     ReduceTo(p.output + skip, (from_output ? p.output : p.input) + skip, received, take / element, dtype, op);
     received += take;
   });
