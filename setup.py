@@ -210,7 +210,8 @@ def _replace_file(source, target):
 # The per-tensor calls (submit, wait, release, and the NumPy all-reduces) as a CPython extension: C with Python.h,
 # NumPy's C API and the core's header, linked against the core beside it.
 HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c", "native/python/array_collectives.c",
-                                                      "native/python/request_objects.c"],
+                                                      "native/python/request_objects.c",
+                                                      "native/python/prepared_request.c"],
                     include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
                     depends=["native/python/hotpath.h", "native/include/hvdlite.h"],
                     extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])

@@ -288,33 +288,30 @@ def submit(request):
     return _enqueue(c_request, request.keepalive, request.name)
 
 
-class PreparedRequest:
+class PreparedRequest(_hotpath.PreparedRequestBase):
     """A request filled into its C form once, then submitted again and again with new buffers: what an
     optimizer does with a parameter's gradient every step. Each submit sets two pointers and makes one C
     call, instead of rebuilding the request (the per-gradient cost of a training step); the core knows it by
-    a token (hvdlite_prepare) while this object lives."""
+    a token (hvdlite_prepare) while this object lives.
 
-    __slots__ = ("_c", "_owned", "_address", "_token", "name")
+    ``submit(input, output, keepalive)`` submits with these buffers (integer addresses, or contiguous arrays;
+    same dtype and shape as prepared) kept alive by keepalive and returns the Handle at once; ``run`` (same
+    arguments) also waits, as ``run()``. Both are C methods (``native/python/prepared_request.c``): no Python
+    frame per gradient.
+    """
+
+    __slots__ = ("_c", "_owned", "_token")
 
     def __init__(self, request):
         self._token = 0
         self._c, self._owned = _filled(request)
         self._owned.append(request.keepalive)
-        self._address = _address(self._c)
+        self._address = _address(self._c)  # what the C methods submit: held by self._c
         self.name = request.name
         self._token = _prepare(self._c)
 
     def __del__(self):
         _unprepare((getattr(self, "_token", 0),))
-
-    def submit(self, input, output, keepalive):
-        """Submits with these buffers (integer addresses, or contiguous arrays; same dtype and shape as
-        prepared) kept alive by keepalive; returns the Handle at once. One C call (``_hotpath.submit``)."""
-        return _hotpath.submit(self._address, input, output, keepalive, self.name)
-
-    def run(self, input, output, keepalive):
-        """As ``submit``, and waits (see ``run()``); returns the finished Handle or raises HvdliteError."""
-        return _hotpath.run(self._address, input, output, keepalive, self.name)
 
 
 class GroupHandle:

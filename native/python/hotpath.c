@@ -241,7 +241,7 @@ int run_and_release(const hvdlite_request *request, PyObject *name) {
   return code;
 }
 
-static int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected) {
+int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected) {
   if (nargs == expected) return 0;
   PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", function, expected, nargs);
   return -1;
@@ -259,31 +259,37 @@ static int name_buffer_error(const char *which, PyObject *name) {
   return -1;
 }
 
-/* The prepared request at args[0] pointed at the buffers args[1] (input) and args[2] (output), as a copy: the
- * prepared struct itself is never written, so two threads submitting it at once cannot swap each other's
- * buffers (the core refuses the second as a duplicate name). 0, or -1 with a Python error set. */
-static int with_buffers(PyObject *const *args, hvdlite_request *request) {
-  const hvdlite_request *prepared = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred()) return -1;
-  void *input = address_of(args[1], 0);
-  if (PyErr_Occurred()) return name_buffer_error("input", args[4]);
-  void *output = address_of(args[2], 1);
-  if (PyErr_Occurred()) return name_buffer_error("output", args[4]);
+/* The prepared request pointed at the buffers input and output, as a copy: the prepared struct itself is never
+ * written, so two threads submitting it at once cannot swap each other's buffers (the core refuses the second as
+ * a duplicate name). 0, or -1 with a Python error set. */
+int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output, PyObject *name,
+                 hvdlite_request *request) {
+  void *input_address = address_of(input, 0);
+  if (PyErr_Occurred()) return name_buffer_error("input", name);
+  void *output_address = address_of(output, 1);
+  if (PyErr_Occurred()) return name_buffer_error("output", name);
   if (prepared == NULL) {
     PyErr_SetString(PyExc_ValueError, "no request (NULL address)");
     return -1;
   }
   *request = *prepared;
-  request->input = input;
-  request->output = output;
+  request->input = input_address;
+  request->output = output_address;
   return 0;
+}
+
+/* with_buffers for module calls whose args are (request_address, input, output, keepalive, name). */
+static int with_buffers_at(PyObject *const *args, hvdlite_request *request) {
+  const hvdlite_request *prepared = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
+  if (PyErr_Occurred()) return -1;
+  return with_buffers(prepared, args[1], args[2], args[4], request);
 }
 
 /* submit(request_address, input, output, keepalive, name): enqueues the prepared request with these buffers
  * (addresses or contiguous buffers); returns its Handle at once. */
 static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   hvdlite_request request;
-  if (check_arguments("submit", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
+  if (check_arguments("submit", nargs, 5) != 0 || with_buffers_at(args, &request) != 0) return NULL;
   return enqueue(&request, args[3], args[4]);
 }
 
@@ -292,7 +298,7 @@ static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssiz
  * (releasing it) when the collective failed. */
 static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   hvdlite_request request;
-  if (check_arguments("run", nargs, 5) != 0 || with_buffers(args, &request) != 0) return NULL;
+  if (check_arguments("run", nargs, 5) != 0 || with_buffers_at(args, &request) != 0) return NULL;
   return run_filled(&request, args[3], args[4]);
 }
 
@@ -484,7 +490,7 @@ static struct PyModuleDef hotpath_module = {
     "Per-tensor submit / wait / release of hvdlite's core, as single C calls.", -1, hotpath_functions};
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
-  if (PyType_Ready(&CoreHandleType) < 0) return NULL;
+  if (PyType_Ready(&CoreHandleType) < 0 || PyType_Ready(&PreparedRequestBaseType) < 0) return NULL;
   PyObject *errors = PyImport_ImportModule("hvdlite.errors");
   if (errors == NULL) return NULL;
   hvdlite_error = PyObject_GetAttrString(errors, "HvdliteError");
@@ -500,9 +506,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     Py_DECREF(module);
     return NULL;
   }
-  Py_INCREF(&CoreHandleType);
-  if (PyModule_AddObject(module, "CoreHandle", (PyObject *)&CoreHandleType) < 0) {
-    Py_DECREF(&CoreHandleType);
+  if (PyModule_AddType(module, &CoreHandleType) < 0 || PyModule_AddType(module, &PreparedRequestBaseType) < 0) {
     Py_DECREF(module);
     return NULL;
   }

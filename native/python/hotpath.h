@@ -20,6 +20,9 @@ typedef struct {
 HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
 HOTPATH_INTERNAL extern PyObject *hvdlite_error; /* hvdlite.errors.HvdliteError */
 
+/* The base of requests.PreparedRequest, whose submit and run are C methods (prepared_request.c). */
+HOTPATH_INTERNAL extern PyTypeObject PreparedRequestBaseType;
+
 /* Handle.wait(): 0 once the request succeeded (without the GIL while it is pending), or -1 with its
  * HvdliteError (or the already-released one) raised. */
 HOTPATH_INTERNAL int wait_one(CoreHandle *handle);
@@ -32,6 +35,13 @@ HOTPATH_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *
 /* hvdlite_run without the GIL, then the handle released: 0 done, 1 failed (the error raised), -1 refused
  * (raised). For callers that need only the outputs (the numpy all-reduce). */
 HOTPATH_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *name);
+
+/* A copy of the prepared request pointed at input and output (integer addresses, None, or contiguous buffers);
+ * 0, or -1 with a Python error set (naming the tensor and which buffer). */
+HOTPATH_INTERNAL int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output, PyObject *name,
+                                  hvdlite_request *request);
+/* 0 when nargs is expected, else -1 with a TypeError naming function. */
+HOTPATH_INTERNAL int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected);
 
 /* array_collectives.c: its module functions, and its set-up at import (0, or -1 with an error set). */
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];

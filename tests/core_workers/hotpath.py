@@ -197,6 +197,9 @@ def check_unusable_buffers(rank, size):
     expect_error(TypeError, ["input", "hot.buffers"], lambda: request.submit("not a buffer", x, x))
     expect_error(TypeError, ["5 arguments"], lambda: _hotpath.submit(0, x, x))
     expect_error(ValueError, ["no request"], lambda: _hotpath.submit(0, x, x, x, "none"))
+    expect_error(TypeError, ["submit", "3 arguments (2 given)"], lambda: request.submit(x, x))
+    expect_error(TypeError, ["run", "3 arguments (4 given)"], lambda: request.run(x, x, x, x))
+    expect_error(ValueError, ["never filled"], lambda: _hotpath.PreparedRequestBase().submit(x, x, x))
     # Nothing was left in flight by the refusals: the name goes through now, on every rank.
     out = np.empty_like(x)
     request.run(x, out, (x, out)).release()
