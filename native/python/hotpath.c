@@ -261,45 +261,17 @@ static int name_buffer_error(const char *which, PyObject *name) {
 
 /* The prepared request pointed at the buffers input and output, as a copy: the prepared struct itself is never
  * written, so two threads submitting it at once cannot swap each other's buffers (the core refuses the second as
- * a duplicate name). 0, or -1 with a Python error set. */
+ * a duplicate name). 0, or -1 with a Python error set naming the tensor and the buffer. */
 int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output, PyObject *name,
                  hvdlite_request *request) {
   void *input_address = address_of(input, 0);
   if (PyErr_Occurred()) return name_buffer_error("input", name);
   void *output_address = address_of(output, 1);
   if (PyErr_Occurred()) return name_buffer_error("output", name);
-  if (prepared == NULL) {
-    PyErr_SetString(PyExc_ValueError, "no request (NULL address)");
-    return -1;
-  }
   *request = *prepared;
   request->input = input_address;
   request->output = output_address;
   return 0;
-}
-
-/* with_buffers for module calls whose args are (request_address, input, output, keepalive, name). */
-static int with_buffers_at(PyObject *const *args, hvdlite_request *request) {
-  const hvdlite_request *prepared = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred()) return -1;
-  return with_buffers(prepared, args[1], args[2], args[4], request);
-}
-
-/* submit(request_address, input, output, keepalive, name): enqueues the prepared request with these buffers
- * (addresses or contiguous buffers); returns its Handle at once. */
-static PyObject *hotpath_submit(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  hvdlite_request request;
-  if (check_arguments("submit", nargs, 5) != 0 || with_buffers_at(args, &request) != 0) return NULL;
-  return enqueue(&request, args[3], args[4]);
-}
-
-/* run(request_address, input, output, keepalive, name): the prepared request with these buffers, submitted
- * and waited for in one call (the core starts its round at once); returns the finished Handle, or raises
- * (releasing it) when the collective failed. */
-static PyObject *hotpath_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  hvdlite_request request;
-  if (check_arguments("run", nargs, 5) != 0 || with_buffers_at(args, &request) != 0) return NULL;
-  return run_filled(&request, args[3], args[4]);
 }
 
 PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
@@ -468,10 +440,6 @@ static PyObject *hotpath_orphans(PyObject *module, PyObject *unused) {
 }
 
 static PyMethodDef hotpath_functions[] = {
-    {"submit", (PyCFunction)(void (*)(void))hotpath_submit, METH_FASTCALL,
-     "submit(request_address, input, output, keepalive, name) -> Handle; input/output: addresses or buffers"},
-    {"run", (PyCFunction)(void (*)(void))hotpath_run, METH_FASTCALL,
-     "run(request_address, input, output, keepalive, name) -> finished Handle (submitted and waited for)"},
     {"point_group", (PyCFunction)(void (*)(void))hotpath_point_group, METH_FASTCALL,
      "point_group(requests_address, inputs, outputs, names): sets each filled request's buffers."},
     {"enqueue", (PyCFunction)(void (*)(void))hotpath_enqueue, METH_FASTCALL,

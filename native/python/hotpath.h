@@ -36,8 +36,8 @@ HOTPATH_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *
  * (raised). For callers that need only the outputs (the numpy all-reduce). */
 HOTPATH_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *name);
 
-/* A copy of the prepared request pointed at input and output (integer addresses, None, or contiguous buffers);
- * 0, or -1 with a Python error set (naming the tensor and which buffer). */
+/* A copy of the prepared request (not NULL) pointed at input and output (integer addresses, None, or contiguous
+ * buffers); 0, or -1 with a Python error set (naming the tensor and which buffer). */
 HOTPATH_INTERNAL int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output, PyObject *name,
                                   hvdlite_request *request);
 /* 0 when nargs is expected, else -1 with a TypeError naming function. */
