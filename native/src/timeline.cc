@@ -1,12 +1,15 @@
 #include "timeline.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
+
+#include "logging.h"
 
 namespace hvdlite {
 namespace {
+
+// Long names are cut (on a UTF-8 character boundary) so that every event fits in one file page,
+// the unit TraceFile writes whole.
+constexpr size_t kMaxShownNameBytes = 512;
 
 std::string JsonEscape(const std::string &s) {
   std::string out;
@@ -18,28 +21,29 @@ std::string JsonEscape(const std::string &s) {
   return out;
 }
 
+std::string ShownName(const std::string &name) {
+  if (name.size() <= kMaxShownNameBytes) return name;
+  size_t cut = kMaxShownNameBytes;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  return name.substr(0, cut) + "...";
+}
+
 }  // namespace
 
 bool Timeline::Start(const std::string &path, bool mark_cycles) {
   Stop();
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd_ < 0) return false;
+  if (!file_.Open(path)) return false;
   mark_cycles_ = mark_cycles;
   origin_ = std::chrono::steady_clock::now();
   rows_.clear();
   pending_.clear();
-  empty_ = true;
-  const char initial[] = "[\n]";
-  if (::pwrite(fd_, initial, sizeof initial - 1, 0) < 0) { Stop(); return false; }
-  closing_offset_ = sizeof initial - 2;
   return true;
 }
 
 void Timeline::Stop() {
-  if (fd_ < 0) return;
+  if (!file_.is_open()) return;
   Flush();
-  ::close(fd_);
-  fd_ = -1;
+  file_.Close();
 }
 
 int64_t Timeline::Micros(TimePoint t) const {
@@ -52,32 +56,29 @@ int Timeline::RowOf(const std::string &tensor) {
   int row = static_cast<int>(rows_.size()) + 1;
   rows_.emplace(tensor, row);
   pending_ += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(row) +
-              ",\"args\":{\"name\":\"" + JsonEscape(tensor) + "\"}},\n";
+              ",\"args\":{\"name\":\"" + JsonEscape(ShownName(tensor)) + "\"}}\n";
   return row;
 }
 
 void Timeline::Record(const std::string &tensor, const char *phase, TimePoint start, TimePoint end) {
-  if (fd_ < 0) return;
+  if (!file_.is_open()) return;
   int row = RowOf(tensor);
   pending_ += "{\"name\":\"" + std::string(phase) + "\",\"ph\":\"X\",\"pid\":0,\"tid\":" + std::to_string(row) +
               ",\"ts\":" + std::to_string(Micros(start)) + ",\"dur\":" + std::to_string(Micros(end) - Micros(start)) +
-              "},\n";
+              "}\n";
 }
 
 void Timeline::MarkCycle(TimePoint when) {
-  if (fd_ < 0 || !mark_cycles_) return;
+  if (!file_.is_open() || !mark_cycles_) return;
   pending_ += "{\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"g\",\"pid\":0,\"tid\":0,\"ts\":" +
-              std::to_string(Micros(when)) + "},\n";
+              std::to_string(Micros(when)) + "}\n";
 }
 
 void Timeline::Flush() {
-  if (fd_ < 0 || pending_.empty()) return;
-  // pending_ ends with ",\n"; drop it, join to what is there, and close the array again.
-  pending_.resize(pending_.size() - 2);
-  std::string chunk = (empty_ ? "" : ",\n") + pending_ + "\n]";
-  if (::pwrite(fd_, chunk.data(), chunk.size(), closing_offset_) == static_cast<ssize_t>(chunk.size())) {
-    closing_offset_ += static_cast<int64_t>(chunk.size()) - 1;
-    empty_ = false;
+  if (pending_.empty()) return;
+  if (!file_.AppendLines(pending_)) {
+    Log(LogLevel::kError, "cannot write the timeline file (disk full?): timeline stopped");
+    file_.Close();
   }
   pending_.clear();
 }

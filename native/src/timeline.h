@@ -1,11 +1,12 @@
 // Chrome trace (chrome://tracing, Perfetto) of every tensor's phases, written by the coordinator.
-// The file is valid JSON at every moment: events are appended in front of the closing bracket,
-// which is rewritten in the same write, so a job killed mid-run still leaves a readable trace.
+// Events go to a TraceFile, valid JSON at every moment, so a job killed mid-run still leaves a
+// readable trace.
 #pragma once
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "trace_file.h"
 
 namespace hvdlite {
 
@@ -15,7 +16,7 @@ class Timeline {
 
   bool Start(const std::string &path, bool mark_cycles);  // false if the file cannot be opened
   void Stop();
-  bool active() const { return fd_ >= 0; }
+  bool active() const { return file_.is_open(); }
   bool mark_cycles() const { return mark_cycles_; }
 
   // One finished phase of one tensor (a row per tensor).
@@ -28,12 +29,10 @@ class Timeline {
   int64_t Micros(TimePoint t) const;
   int RowOf(const std::string &tensor);
 
-  int fd_ = -1;
+  TraceFile file_;
   bool mark_cycles_ = false;
-  int64_t closing_offset_ = 0;  // where the closing ']' sits
-  bool empty_ = true;
   TimePoint origin_;
-  std::string pending_;
+  std::string pending_;  // events since the last flush, one per line
   std::unordered_map<std::string, int> rows_;
 };
 
