@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "copy_bytes.h"
 #include "mpi_types.h"
 #include "reduce_kernels.h"
 
@@ -167,7 +168,7 @@ std::string CollectiveExecutor::Allgather(const CommContext &ctx, const Response
 std::string CollectiveExecutor::Broadcast(const CommContext &ctx, const Response &response, Entry &local) {
   const int64_t bytes = local.request.NumElements() * static_cast<int64_t>(DataTypeSize(response.spec.dtype));
   auto *out = static_cast<uint8_t *>(local.output);
-  if (ctx.rank == response.spec.root_rank && local.output != local.input) std::memcpy(out, local.input, bytes);
+  if (ctx.rank == response.spec.root_rank && local.output != local.input) CopyBytes(out, local.input, bytes);
   const int64_t kMax = INT_MAX;
   for (int64_t start = 0; start < bytes; start += kMax) {
     MPI_Bcast(out + start, static_cast<int>(std::min(kMax, bytes - start)), MPI_BYTE, response.spec.root_rank, ctx.comm);

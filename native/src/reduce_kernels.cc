@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "copy_bytes.h"
 #include "half.h"
 
 namespace hvdlite {
@@ -187,7 +188,10 @@ void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, Reduc
 
 void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor) {
   if (factor == 1.0 || !IsFloatingPoint(dtype)) {
-    if (dst != src) std::memmove(dst, src, count * DataTypeSize(dtype));
+    const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
+    const auto *to = static_cast<const uint8_t *>(dst), *from = static_cast<const uint8_t *>(src);
+    if (to + bytes <= from || from + bytes <= to) CopyBytes(dst, src, bytes);
+    else if (dst != src) std::memmove(dst, src, bytes);
     return;
   }
   switch (dtype) {
@@ -216,7 +220,7 @@ void FinishReduction(void *out, const void *reduced, int64_t count, DataType dty
   if (IsFloatingPoint(dtype)) {
     ScaleCopy(out, reduced, count, dtype, postscale / (average ? set_size : 1));
   } else {
-    if (out != reduced) std::memcpy(out, reduced, count * DataTypeSize(dtype));
+    if (out != reduced) CopyBytes(out, reduced, count * DataTypeSize(dtype));
     if (average) DivideIntegers(out, count, dtype, set_size);
   }
 }

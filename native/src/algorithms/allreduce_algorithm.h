@@ -3,10 +3,10 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "../copy_bytes.h"
 #include "../types.h"
 #include "buffer_layout.h"
 
@@ -31,7 +31,7 @@ class AllreduceAlgorithm {
   // read the input where they first need it skip that copy.
   [[nodiscard]] virtual std::string RunFrom(const CommContext &ctx, const void *input, void *output, int64_t count,
                                             DataType dtype, ReduceOp op) {
-    if (input != output) std::memcpy(output, input, static_cast<size_t>(count) * DataTypeSize(dtype));
+    if (input != output) CopyBytes(output, input, static_cast<size_t>(count) * DataTypeSize(dtype));
     return Run(ctx, output, count, dtype, op);
   }
   // Whether RunPieces can reduce a fused batch where its tensors are (else the caller packs it into one
@@ -63,7 +63,7 @@ class PiecewiseAllreduce : public AllreduceAlgorithm {
   static bool CopyIfTrivial(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count) {
     if (ctx.size > 1 && count > 0) return false;
     for (const BufferPiece &p : pieces) {
-      if (p.input != p.output) std::memcpy(p.output, p.input, static_cast<size_t>(p.bytes));
+      if (p.input != p.output) CopyBytes(p.output, p.input, static_cast<size_t>(p.bytes));
     }
     return true;
   }

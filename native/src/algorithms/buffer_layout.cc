@@ -1,7 +1,6 @@
 #include "buffer_layout.h"
 
-#include <cstring>
-
+#include "../copy_bytes.h"
 #include "../reduce_kernels.h"
 
 namespace hvdlite {
@@ -34,7 +33,7 @@ void BufferLayout::PrefetchPages(size_t i, bool input, bool write) const {
 void BufferLayout::Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to) const {
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
     PrefetchPages(i, input, /*write=*/false);
-    std::memcpy(to, Address(i, input) + skip, static_cast<size_t>(take));
+    CopyBytes(to, Address(i, input) + skip, static_cast<size_t>(take));
     to += take;
   });
 }
@@ -42,7 +41,7 @@ void BufferLayout::Gather(int64_t begin, int64_t bytes, bool input, uint8_t *to)
 void BufferLayout::Scatter(int64_t begin, int64_t bytes, const uint8_t *from) const {
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
     PrefetchPages(i, /*input=*/false, /*write=*/true);
-    std::memcpy(Address(i, /*input=*/false) + skip, from, static_cast<size_t>(take));
+    CopyBytes(Address(i, /*input=*/false) + skip, from, static_cast<size_t>(take));
     from += take;
   });
 }
