@@ -41,10 +41,11 @@ bool TraceFile::Open(const std::string &path) {
 
 bool TraceFile::AppendLines(const std::string &lines) {
   if (fd_ < 0) return false;
+  std::string piece;  // one element with its separator; its buffer serves every line
   for (size_t begin = 0; begin < lines.size();) {
     size_t stop = lines.find('\n', begin);
     if (stop == std::string::npos) stop = lines.size();
-    std::string piece = empty_ ? "\n" : ",\n";
+    piece.assign(empty_ ? "\n" : ",\n");
     piece.append(lines, begin, stop - begin);
     begin = stop + 1;
     if (!Place(piece)) return false;
