@@ -83,41 +83,9 @@ class Request:
     keepalive: Any = ()
 
 
-class Handle(_hotpath.CoreHandle):
-    """One submitted request. Wait (or poll), read the output, then release.
-
-    ``poll``, ``wait``, ``raise_error`` and ``release`` are C calls (``native/python/hotpath.c``: a training step
-    makes them once per gradient); reading the output is rarer and stays here. A handle dropped unreleased
-    gives itself back to the core once its collective is done, keeping its memory alive until then.
-    """
-
-    __slots__ = ()
-
-    def result(self):
-        return int(lib.hvdlite_handle_result(self._id))
-
-    def output_shape(self):
-        ndim = lib.hvdlite_handle_output_ndim(self._id)
-        shape = ffi.new("int64_t[]", max(ndim, 1))
-        lib.hvdlite_handle_output_shape(self._id, shape, ndim)
-        return tuple(shape[i] for i in range(ndim))
-
-    def output_buffer(self):
-        """The core-allocated output bytes as a uint8 array viewing core memory (valid until release)."""
-        nbytes = ffi.new("int64_t*")
-        data = lib.hvdlite_handle_output_data(self._id, nbytes)
-        if nbytes[0] == 0:
-            return np.empty(0, dtype=np.uint8)
-        return np.frombuffer(ffi.buffer(data, nbytes[0]), dtype=np.uint8)
-
-    def received_splits(self):
-        capacity = 1 << 16
-        splits = ffi.new("int32_t[]", capacity)
-        n = lib.hvdlite_handle_received_splits(self._id, splits, capacity)
-        return [splits[i] for i in range(max(n, 0))]
-
-
-_hotpath.set_handle_type(Handle)  # the core's handles are created as this class, from C
+# One submitted request: wait (or poll), read the output, then release. A C type (native/python/hotpath.c): a
+# training step calls wait and release once per gradient, and a Python subclass would be garbage-collected.
+Handle = _hotpath.Handle
 _hotpath.configure_requests(DTYPES)
 _submit_request = _hotpath.submit_request
 _run_request = _hotpath.run_request

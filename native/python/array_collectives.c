@@ -49,6 +49,21 @@ int process_set_id_of(PyObject *process_set) {
   return (int)id;
 }
 
+PyObject *core_output_array(CoreHandle *handle) {
+  int64_t nbytes = 0;
+  void *data = (void *)hvdlite_handle_output_data(handle->id, &nbytes);
+  npy_intp length = (npy_intp)nbytes;
+  if (nbytes == 0) return PyArray_SimpleNew(1, &length, NPY_UINT8);
+  PyObject *array = PyArray_SimpleNewFromData(1, &length, NPY_UINT8, data);
+  if (array == NULL) return NULL;
+  Py_INCREF(handle);
+  if (PyArray_SetBaseObject((PyArrayObject *)array, (PyObject *)handle) != 0) {
+    Py_DECREF(array);
+    return NULL;
+  }
+  return array;
+}
+
 /* The signature of (op, prescale, postscale, process_set) arguments; 0 when one is not what a prepared request
  * holds (not a number, a process set not added): then Python decides, and raises what it must. */
 static int signature_of(PyObject *const *args, Signature *signature) {

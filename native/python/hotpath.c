@@ -14,7 +14,6 @@
 #include <structmember.h>
 
 PyTypeObject CoreHandleType;
-static PyTypeObject *handle_type = &CoreHandleType; /* the Python subclass, once set_handle_type ran */
 PyObject *hvdlite_error;
 /* (id, keepalive) of handles dropped before their collective finished: the core still writes into the
  * keepalive's memory, so it lives until the collective is done (swept on later submissions). */
@@ -147,6 +146,60 @@ static PyObject *handle_get_id(CoreHandle *self, void *closure) {
   return PyLong_FromLongLong(self->id);
 }
 
+/* The rarer reads of a finished handle (core-allocated outputs, a process set's id). */
+static PyObject *handle_result(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  return PyLong_FromLongLong((long long)hvdlite_handle_result(self->id));
+}
+
+/* ints[0..n) as a tuple (shape) or a list (splits). */
+static PyObject *int64_sequence(const int64_t *ints, int n, int as_tuple) {
+  PyObject *sequence = as_tuple ? PyTuple_New(n) : PyList_New(n);
+  for (int i = 0; sequence != NULL && i < n; ++i) {
+    PyObject *item = PyLong_FromLongLong((long long)ints[i]);
+    if (item == NULL) Py_CLEAR(sequence);
+    else if (as_tuple) PyTuple_SET_ITEM(sequence, i, item);
+    else PyList_SET_ITEM(sequence, i, item);
+  }
+  return sequence;
+}
+
+static PyObject *handle_output_shape(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  const int ndim = hvdlite_handle_output_ndim(self->id);
+  if (ndim <= 0) return PyTuple_New(0);
+  int64_t *shape = PyMem_Malloc(sizeof(int64_t) * (size_t)ndim);
+  if (shape == NULL) return PyErr_NoMemory();
+  hvdlite_handle_output_shape(self->id, shape, ndim);
+  PyObject *result = int64_sequence(shape, ndim, 1);
+  PyMem_Free(shape);
+  return result;
+}
+
+static PyObject *handle_received_splits(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  const int n = hvdlite_handle_received_splits(self->id, NULL, 0);
+  if (n <= 0) return PyList_New(0);
+  int32_t *splits = PyMem_Malloc(sizeof(int32_t) * (size_t)n);
+  int64_t *wide = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+  PyObject *result = NULL;
+  if (splits == NULL || wide == NULL) {
+    PyErr_NoMemory();
+  } else {
+    hvdlite_handle_received_splits(self->id, splits, n);
+    for (int i = 0; i < n; ++i) wide[i] = splits[i];
+    result = int64_sequence(wide, n, 0);
+  }
+  PyMem_Free(splits);
+  PyMem_Free(wide);
+  return result;
+}
+
+static PyObject *handle_output_buffer(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  return core_output_array(self);
+}
+
 static PyMethodDef handle_methods[] = {
     {"poll", (PyCFunction)handle_poll, METH_NOARGS, "True when the request has finished (well or not)."},
     {"wait", (PyCFunction)handle_wait, METH_NOARGS,
@@ -154,6 +207,15 @@ static PyMethodDef handle_methods[] = {
     {"raise_error", (PyCFunction)handle_raise_error, METH_NOARGS, "Raises the request's HvdliteError."},
     {"release", (PyCFunction)handle_release, METH_NOARGS,
      "Gives the handle back to the core and drops the memory it kept alive (again: nothing)."},
+    {"result", (PyCFunction)handle_result, METH_NOARGS,
+     "The collective's integer result (a new process set's id), once finished."},
+    {"output_shape", (PyCFunction)handle_output_shape, METH_NOARGS,
+     "The shape of a core-allocated output (allgather, alltoall), once finished."},
+    {"output_buffer", (PyCFunction)handle_output_buffer, METH_NOARGS,
+     "The core-allocated output bytes as a uint8 array viewing core memory: valid until release (the array "
+     "keeps the handle)."},
+    {"received_splits", (PyCFunction)handle_received_splits, METH_NOARGS,
+     "Alltoall: the rows received from each rank, once finished."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef handle_getset[] = {
@@ -164,12 +226,17 @@ static PyMemberDef handle_members[] = {
     {"name", T_OBJECT, offsetof(CoreHandle, name), READONLY, "The request's name."},
     {NULL, 0, 0, 0, NULL}};
 
+/* Not a GC type, and final: a Python subclass would be tracked by the garbage collector, whose bookkeeping and
+ * collections (every 700 new handles) cost more than the rest of a submission (256 tensors: ~25 us a step). A
+ * handle refers to its keepalive and name only, never to itself. */
 PyTypeObject CoreHandleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "hvdlite._hotpath.CoreHandle",
-    .tp_doc = "One submitted request: wait (or poll), read the output, then release.",
+    .tp_name = "hvdlite.requests.Handle",
+    .tp_doc = "One submitted request. Wait (or poll), read the output, then release.\n\n"
+              "A handle dropped unreleased gives itself back to the core once its collective is done, keeping "
+              "its memory alive until then.",
     .tp_basicsize = sizeof(CoreHandle),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = handle_new,
     .tp_dealloc = (destructor)handle_dealloc,
     .tp_methods = handle_methods,
@@ -191,12 +258,15 @@ static void *address_of(PyObject *value, int writable) {
   return address;
 }
 
-/* A handle not yet standing for a request, of the class set by set_handle_type; made before the request is
- * enqueued, so that no request is ever left in the core without one. */
+/* A handle not yet standing for a request; made before the request is enqueued, so that no request is ever left
+ * in the core without one. */
 static CoreHandle *new_handle(void) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
-  CoreHandle *handle = (CoreHandle *)handle_type->tp_alloc(handle_type, 0);
-  if (handle != NULL) handle->id = RELEASED;
+  CoreHandle *handle = PyObject_New(CoreHandle, &CoreHandleType); /* fields unset: fill them */
+  if (handle == NULL) return NULL;
+  handle->id = RELEASED;
+  handle->keepalive = NULL;
+  handle->name = NULL;
   return handle;
 }
 
@@ -413,19 +483,6 @@ static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
   Py_RETURN_NONE;
 }
 
-/* set_handle_type(cls): handles are created as cls, a subclass of CoreHandle adding Python-level methods. */
-static PyObject *hotpath_set_handle_type(PyObject *module, PyObject *cls) {
-  if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &CoreHandleType) ||
-      ((PyTypeObject *)cls)->tp_basicsize != CoreHandleType.tp_basicsize) {
-    return PyErr_Format(PyExc_TypeError, "set_handle_type needs a subclass of CoreHandle with __slots__ = (), "
-                        "got %R", cls);
-  }
-  Py_INCREF(cls);
-  if (handle_type != &CoreHandleType) Py_DECREF((PyObject *)handle_type);
-  handle_type = (PyTypeObject *)cls;
-  Py_RETURN_NONE;
-}
-
 /* raise_handle_error(handle_id, name): raises the failed request's HvdliteError (for handles kept as C ids). */
 static PyObject *hotpath_raise_handle_error(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (check_arguments("raise_handle_error", nargs, 2) != 0) return NULL;
@@ -446,7 +503,6 @@ static PyMethodDef hotpath_functions[] = {
      "enqueue(request_address, keepalive, name) -> Handle"},
     {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
     {"release_all", hotpath_release_all, METH_O, "release_all(handles): releases those not released yet."},
-    {"set_handle_type", hotpath_set_handle_type, METH_O, "set_handle_type(cls): the class of new handles."},
     {"raise_handle_error", (PyCFunction)(void (*)(void))hotpath_raise_handle_error, METH_FASTCALL,
      "raise_handle_error(handle_id, name): raises the failed request's HvdliteError."},
     {"orphans", hotpath_orphans, METH_NOARGS,

@@ -47,6 +47,9 @@ HOTPATH_INTERNAL int check_arguments(const char *function, Py_ssize_t nargs, Py_
 HOTPATH_INTERNAL extern PyMethodDef array_collective_functions[];
 HOTPATH_INTERNAL int array_collectives_ready(void);
 HOTPATH_INTERNAL int array_collectives_constants(PyObject *module); /* 0, or -1 with an error set */
+/* Handle.output_buffer(): the core-allocated output of a finished handle as a uint8 array viewing core memory
+ * (the array keeps the handle; the memory stays valid until the handle is released). */
+HOTPATH_INTERNAL PyObject *core_output_array(CoreHandle *handle);
 /* A ProcessSet's process_set_id, or -1 with no error set when it has none (not added to hvdlite yet). */
 HOTPATH_INTERNAL int process_set_id_of(PyObject *process_set);
 
