@@ -3,7 +3,8 @@ with new buffers step after step (as arrays and as addresses, submitted and run)
 collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
 prepared group pointed at new buffers in one call, a failing member of wait_all, one-off Requests (filled in
 C, or by requests.py for what C leaves to it), and prepared requests' tokens (a name shared with submissions
-by value, duplicates, a request dropped in flight, a removed process set, a token from before init() again). Every result is checked against a float64 reference.
+by value, duplicates, a request dropped in flight, a removed process set, a token from before init() again), and a
+core-allocated output read through its handle (the array outliving the dropped handle). Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
@@ -188,6 +189,32 @@ def check_released_handle(rank, size):
     release_all([handle])  # released ones are skipped
 
 
+def check_core_allocated_output(rank, size):
+    # An allgather's output is allocated by the core and read through the handle (C methods): its shape, and its
+    # bytes as an array that keeps the handle, so it stays valid when the handle object is dropped.
+    rows = rank + 1
+    x = np.full((rows, 3), rank + 0.5, dtype=np.float64)
+    handle = submit(Request(Collective.ALLGATHER, "hot.gathered", "float64", x.shape, x.ctypes.data, 0, keepalive=x))
+    handle.wait()
+    shape = handle.output_shape()
+    assert shape == (size * (size + 1) // 2, 3), f"allgather output shape {shape}"
+    raw = handle.output_buffer()
+    del handle
+    gc.collect()
+    got = raw.view(np.float64).reshape(shape)
+    expected = np.concatenate([np.full((r + 1, 3), r + 0.5) for r in range(size)])
+    check_close("hot.gathered", got, expected, "float64", "allgather output read after the handle was dropped")
+    del raw, got
+    gc.collect()
+    assert _hotpath.orphans() == 0, "a finished allgather's handle was not given back with its last array"
+    released = submit(Request(Collective.ALLGATHER, "hot.gathered.released", "float64", x.shape, x.ctypes.data, 0,
+                              keepalive=x))
+    released.wait()
+    released.release()
+    for read in (released.output_shape, released.output_buffer, released.received_splits, released.result):
+        expect_error(hvd.HvdliteError, ["hot.gathered.released", "already released"], read)
+
+
 def check_unusable_buffers(rank, size):
     request = prepared("hot.buffers", "float32", (4,))
     x = np.ones(4, np.float32)
@@ -298,7 +325,7 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
-                  check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
+                  check_core_allocated_output, check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
         check(rank, size)
     shared = check_prepared_tokens(rank, size)
     assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
