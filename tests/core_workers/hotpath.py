@@ -4,7 +4,8 @@ collective finished (their memory must live until it has), released handles, buf
 prepared group pointed at new buffers in one call, a failing member of wait_all, one-off Requests (filled in
 C, or by requests.py for what C leaves to it), and prepared requests' tokens (a name shared with submissions
 by value, duplicates, a request dropped in flight, a removed process set, a token from before init() again), and a
-core-allocated output read through its handle (the array outliving the dropped handle). Every result is checked against a float64 reference.
+core-allocated output read through its handle (the array outliving the dropped handle). Every result is checked
+against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
 """
