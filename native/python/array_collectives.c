@@ -39,6 +39,7 @@ typedef struct {
 } Signature;
 
 int process_set_id_of(PyObject *process_set) {
+  if (process_set == global_set) return 0;  /* the default: its id is fixed, no attribute lookup */
   PyObject *set_id = PyObject_GetAttr(process_set, set_id_attribute);
   long id = set_id != NULL && PyLong_Check(set_id) ? PyLong_AsLong(set_id) : -1;
   Py_XDECREF(set_id);
@@ -249,11 +250,11 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     if (wait) {
       if (run_and_release(&filled, name) == 0) result = Py_NewRef(output);
     } else {
-      PyObject *keepalive = PyTuple_Pack(2, array, output);
-      PyObject *handle = keepalive ? enqueue(&filled, keepalive, name) : NULL;
+      /* The handle keeps the input; the pending entry keeps the output until synchronize has waited (a tuple
+       * fewer per call: each is a garbage-collected allocation). */
+      PyObject *handle = enqueue(&filled, array, name);
       PyObject *tracked = handle ? PyTuple_Pack(2, handle, output) : NULL;
       result = tracked ? track_entry(tracked) : NULL;
-      Py_XDECREF(keepalive);
       Py_XDECREF(handle);
       Py_XDECREF(tracked);
     }

@@ -65,10 +65,7 @@ bool Core::running() {
   return running_;
 }
 
-bool Core::initialized() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return initialized_;
-}
+bool Core::initialized() { return initialized_.load(); }
 
 Topology Core::topology() {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -136,7 +136,8 @@ class Core {
   std::map<int32_t, std::vector<int32_t>> published_sets_;
   std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
-  bool initialized_ = false;
+  // Written under mutex_; read without it (hvdlite_is_initialized runs once per numpy all-reduce).
+  std::atomic<bool> initialized_{false};
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
   // Threads blocked in Wait: what is in flight must not wait for the cycle boundary. Raised under mutex_
