@@ -89,6 +89,7 @@ class Core {
 
  private:
   int EnqueueLocked(const Submission *submissions, size_t count, int64_t *handles, std::string *error);
+  Clock::time_point SubmissionTime() const;  // when a submission is stamped (under mutex_)
   // Why a request cannot run in its process set as the sets are now ("" when it can). mutex_ held.
   std::string CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits);
   // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
@@ -148,6 +149,7 @@ class Core {
   bool timeline_request_marks_ = false;
   int64_t timeline_requests_made_ = 0;
   int64_t timeline_requests_applied_ = 0;
+  bool timeline_on_ = false;  // timeline_.active(), for submitting threads (under mutex_)
   std::string set_up_error_;
   Topology topology_;
   int64_t process_set_changes_ = 0;
