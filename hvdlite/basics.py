@@ -1,5 +1,6 @@
 """Lifecycle and topology: init, shutdown, rank and size queries, timeline control."""
 import atexit
+import importlib
 
 from . import config
 from .logging import set_rank as _set_log_rank
@@ -46,6 +47,7 @@ def init(comm=None, process_sets=None):
         _atexit_registered = True
     for process_set in process_sets or ():
         add_process_set(process_set)
+    importlib.import_module("hvdlite")._bind_all()  # hvd.X reads specialised from here on (see there)
 
 
 def shutdown():

@@ -9,7 +9,10 @@ world_rank, world_size = world.Get_rank(), world.Get_size()
 
 # Two independent hvdlite jobs: even and odd world ranks.
 half = world.Split(world_rank % 2, world_rank)
+assert "__getattr__" in vars(hvd)  # names load on first use until init
 hvd.init(comm=half)
+# init binds every exported name and drops the module's __getattr__, under which CPython never specialises hvd.X.
+assert "__getattr__" not in vars(hvd) and all(name in vars(hvd) for name in hvd.__all__)
 assert hvd.size() == half.Get_size() and hvd.rank() == half.Get_rank(), (hvd.size(), hvd.rank())
 got = hvd.allreduce(np.array([float(world_rank)]), op=hvd.Sum, name="half")
 expected = sum(r for r in range(world_size) if r % 2 == world_rank % 2)
