@@ -18,8 +18,9 @@ from .requests import (Collective, PreparedGroup, PreparedRequest, Request, addr
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _REDUCE_OPS = frozenset((Average, Sum, Min, Max, Product))
 
-# int handle -> (Handle or GroupHandle, the result: an array, or a function of the finished handle). Filled by
-# _track and by the all-reduces in C (native/python/array_collectives.c), which count the ids.
+# int handle -> (Handle or GroupHandle, the result: an array, or a function of the finished handle), or a Handle
+# alone that holds its result (the all-reduces). Filled by _track and by the all-reduces in C
+# (native/python/array_collectives.c), which count the ids.
 _pending = {}
 
 
@@ -73,9 +74,8 @@ def _track(handle, result):
     return _hotpath.track(handle, result)
 
 
-def poll(handle_id):
-    """True when the request behind handle_id has finished."""
-    return _pending[handle_id][0].poll()
+# poll(handle_id): True when the request behind handle_id has finished (KeyError for one already synchronized).
+poll = _hotpath.poll
 
 
 # synchronize(handle_id): waits for handle_id and returns its result; raises HvdliteError if the collective failed

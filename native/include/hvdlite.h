@@ -174,6 +174,9 @@ const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes);
 /* alltoall: rows received from each rank. Returns the count written or -1. */
 int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32_t capacity);
 void hvdlite_release(hvdlite_handle handle);
+/* Releases a handle that has succeeded and returns 0, under one lock (a finished wait and its release take two);
+ * else leaves it and returns what hvdlite_wait_all_done would: -2 pending, 1 failed, -1 unknown. */
+int hvdlite_release_if_succeeded(hvdlite_handle handle);
 void hvdlite_release_all(const hvdlite_handle *handles, int32_t count);
 
 /* Timeline at run time; path is only written on the coordinator (rank 0 of the global set). */

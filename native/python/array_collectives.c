@@ -9,8 +9,10 @@
  * request.
  *
  * The int handles of the NumPy API live in ops.py's pending dict, filled here and by ops.py (track):
- * handle id -> (handle, result). The result is the output array, or a function of the handle for collectives
- * whose output is known only when they finish.
+ * handle id -> the Handle of a NumPy all-reduce, whose result field holds its output array, or, for the other
+ * collectives, (handle, result): the output array, or a function of the handle for collectives whose output is
+ * known only when they finish. An all-reduce's entry is its handle alone: a tuple per tensor is a
+ * garbage-collected allocation, and a collection every 700 of them.
  */
 #include "hotpath.h"
 
@@ -25,11 +27,12 @@ static PyObject *average_op;        /* ops.Average: the op when neither op nor a
 static PyObject *global_set;        /* process_sets.global_process_set: the default process set */
 static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> [address of its C request, PreparedRequest,
                                        its kept outputs (KEPT_OUTPUTS slots, see recycled_output)] */
-static PyObject *pending;           /* ops._pending: handle id -> (handle, result or finish function) */
+static PyObject *pending;           /* ops._pending: handle id -> Handle (its result set) or (handle, result or
+                                       finish function) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
 static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
 static long long last_handle_id;
-static PyObject *address_attribute, *name_attribute, *set_id_attribute, *wait_name, *release_name;
+static PyObject *address_attribute, *name_attribute, *set_id_attribute, *wait_name, *release_name, *poll_name;
 
 /* What every member of a call must have been prepared with. */
 typedef struct {
@@ -192,7 +195,7 @@ static int check_configured(void) {
   return -1;
 }
 
-/* A new handle id in the pending dict for entry (handle, result); the id as a Python int. */
+/* A new handle id in the pending dict for entry (see the top of this file); the id as a Python int. */
 static PyObject *track_entry(PyObject *entry) {
   PyObject *key = PyLong_FromLongLong(++last_handle_id);
   if (key != NULL && PyDict_SetItem(pending, key, entry) != 0) Py_CLEAR(key);
@@ -250,13 +253,13 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     if (wait) {
       if (run_and_release(&filled, name) == 0) result = Py_NewRef(output);
     } else {
-      /* The handle keeps the input; the pending entry keeps the output until synchronize has waited (a tuple
-       * fewer per call: each is a garbage-collected allocation). */
+      /* The handle keeps the input, and the output as the result that synchronize returns. */
       PyObject *handle = enqueue(&filled, array, name);
-      PyObject *tracked = handle ? PyTuple_Pack(2, handle, output) : NULL;
-      result = tracked ? track_entry(tracked) : NULL;
-      Py_XDECREF(handle);
-      Py_XDECREF(tracked);
+      if (handle != NULL) {
+        ((CoreHandle *)handle)->result = Py_NewRef(output);
+        result = track_entry(handle);
+        Py_DECREF(handle);
+      }
     }
   }
   Py_XDECREF(output);
@@ -404,25 +407,55 @@ static int call_method(PyObject *handle, PyObject *method) {
   return returned != NULL ? 0 : -1;
 }
 
+/* The pending entry of an int handle (borrowed), or NULL with KeyError (or another error) set. */
+static PyObject *pending_entry(PyObject *key) {
+  PyObject *entry = PyDict_GetItemWithError(pending, key);
+  if (entry == NULL && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+  return entry;
+}
+
+/* A pending entry's handle (borrowed): the entry itself, or the first item of its (handle, result) tuple. */
+static PyObject *handle_of(PyObject *entry) {
+  return PyTuple_CheckExact(entry) ? PyTuple_GET_ITEM(entry, 0) : entry;
+}
+
+/* The result a Handle holds for synchronize (the handle's reference moves to the caller), or None. */
+static PyObject *take_result(CoreHandle *handle) {
+  PyObject *result = handle->result ? handle->result : Py_NewRef(Py_None);
+  handle->result = NULL;
+  return result;
+}
+
 /* synchronize(handle_id): waits for the request behind an int handle, forgets the handle and returns the
  * result; raises KeyError for an unknown handle and HvdliteError when the collective failed. */
 static PyObject *synchronize(PyObject *module, PyObject *key) {
   if (check_configured() != 0) return NULL;
-  PyObject *entry = PyDict_GetItemWithError(pending, key);
-  if (entry == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
-    return NULL;
-  }
+  PyObject *entry = pending_entry(key);
+  if (entry == NULL) return NULL;
   Py_INCREF(entry);
   if (PyDict_DelItem(pending, key) != 0) {
     Py_DECREF(entry);
     return NULL;
   }
-  PyObject *handle = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1);
+  PyObject *handle = handle_of(entry);
   const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
-  const int waited = is_core_handle ? wait_one((CoreHandle *)handle) : call_method(handle, wait_name);
+  CoreHandle *core_handle = (CoreHandle *)handle;
+  const int holds_result = is_core_handle && handle == entry;
+  if (holds_result && core_handle->id != RELEASED && hvdlite_release_if_succeeded(core_handle->id) == 0) {
+    /* Finished well (a step's handles after its first wait): released under the core's lock once. */
+    PyObject *value = take_result(core_handle);
+    forget_released(core_handle);
+    Py_DECREF(entry);
+    return value;
+  }
+  const int waited = is_core_handle ? wait_one(core_handle) : call_method(handle, wait_name);
   PyObject *value = NULL;
-  if (waited == 0) value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
+  if (waited == 0 && holds_result) {
+    value = take_result(core_handle);
+  } else if (waited == 0) {
+    PyObject *result = PyTuple_GET_ITEM(entry, 1);
+    value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
+  }
   /* Released whatever happened, keeping the error raised so far. */
   if (is_core_handle) {
     release_one((CoreHandle *)handle);
@@ -435,6 +468,14 @@ static PyObject *synchronize(PyObject *module, PyObject *key) {
   }
   Py_DECREF(entry);
   return value;
+}
+
+/* poll(handle_id): True when the request behind an int handle has finished; KeyError for an unknown handle. */
+static PyObject *poll(PyObject *module, PyObject *key) {
+  if (check_configured() != 0) return NULL;
+  PyObject *entry = pending_entry(key);
+  if (entry == NULL) return NULL;
+  return PyObject_CallMethodNoArgs(handle_of(entry), poll_name);
 }
 
 /* configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,
@@ -481,6 +522,7 @@ PyMethodDef array_collective_functions[] = {
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
     {"track", FASTCALL(track), "track(handle, result) -> int handle"},
     {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
+    {"poll", poll, METH_O, "poll(handle_id) -> True once the collective behind handle_id has finished"},
     {"configure_arrays", FASTCALL(configure_arrays),
      "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,\n"
      "                 average, global_process_set)"},
@@ -498,7 +540,10 @@ int array_collectives_ready(void) {
   set_id_attribute = PyUnicode_InternFromString("process_set_id");
   wait_name = PyUnicode_InternFromString("wait");
   release_name = PyUnicode_InternFromString("release");
-  if (!address_attribute || !name_attribute || !set_id_attribute || !wait_name || !release_name) return -1;
+  poll_name = PyUnicode_InternFromString("poll");
+  if (!address_attribute || !name_attribute || !set_id_attribute || !wait_name || !release_name || !poll_name) {
+    return -1;
+  }
   float_one = PyFloat_FromDouble(1.0);
   if (float_one == NULL) return -1;
   for (int i = 0; i < 7; ++i) {

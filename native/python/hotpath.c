@@ -15,8 +15,8 @@
 
 PyTypeObject CoreHandleType;
 PyObject *hvdlite_error;
-/* (id, keepalive) of handles dropped before their collective finished: the core still writes into the
- * keepalive's memory, so it lives until the collective is done (swept on later submissions). */
+/* (id, keepalive, result) of handles dropped before their collective finished: the core still writes into their
+ * memory, so it lives until the collective is done (swept on later submissions). */
 static PyObject *orphans;
 
 static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
@@ -83,13 +83,15 @@ static void handle_dealloc(CoreHandle *self) {
       hvdlite_release(self->id);
     } else {
       /* Still running: the core keeps it; its memory must outlive it. */
-      PyObject *orphan = Py_BuildValue("(LO)", (long long)self->id, self->keepalive);
+      PyObject *orphan = Py_BuildValue("(LOO)", (long long)self->id, self->keepalive,
+                                       self->result ? self->result : Py_None);
       if (orphan == NULL || PyList_Append(orphans, orphan) != 0) PyErr_WriteUnraisable((PyObject *)self);
       Py_XDECREF(orphan);
     }
   }
   Py_XDECREF(self->keepalive);
   Py_XDECREF(self->name);
+  Py_XDECREF(self->result);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -129,11 +131,16 @@ static PyObject *handle_raise_error(CoreHandle *self, PyObject *unused) {
   return raise_handle_error(self->id, self->name);
 }
 
+void forget_released(CoreHandle *self) {
+  self->id = RELEASED;
+  Py_CLEAR(self->keepalive);
+  Py_CLEAR(self->result);
+}
+
 void release_one(CoreHandle *self) {
   if (self->id == RELEASED) return;
   hvdlite_release(self->id);
-  self->id = RELEASED;
-  Py_CLEAR(self->keepalive);
+  forget_released(self);
 }
 
 static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
@@ -228,7 +235,7 @@ static PyMemberDef handle_members[] = {
 
 /* Not a GC type, and final: a Python subclass would be tracked by the garbage collector, whose bookkeeping and
  * collections (every 700 new handles) cost more than the rest of a submission (256 tensors: ~25 us a step). A
- * handle refers to its keepalive and name only, never to itself. */
+ * handle refers to its keepalive, name and result only (arrays and strings), never to itself. */
 PyTypeObject CoreHandleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "hvdlite.requests.Handle",
@@ -267,6 +274,7 @@ static CoreHandle *new_handle(void) {
   handle->id = RELEASED;
   handle->keepalive = NULL;
   handle->name = NULL;
+  handle->result = NULL;
   return handle;
 }
 
@@ -474,9 +482,7 @@ static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
   }
   hvdlite_release_all(ids, (int32_t)live);
   for (Py_ssize_t i = 0; i < count; ++i) {
-    CoreHandle *handle = (CoreHandle *)PySequence_Fast_GET_ITEM(fast, i);
-    handle->id = RELEASED;
-    Py_CLEAR(handle->keepalive);
+    forget_released((CoreHandle *)PySequence_Fast_GET_ITEM(fast, i));
   }
   PyMem_Free(ids);
   Py_DECREF(fast);

@@ -15,6 +15,8 @@ typedef struct {
   hvdlite_handle id;   /* RELEASED once given back to the core */
   PyObject *keepalive; /* what holds the memory the core reads and writes until release */
   PyObject *name;      /* the request's name, for error messages */
+  PyObject *result;    /* what hvd.synchronize returns (a NumPy all-reduce's output array, kept alive as keepalive
+                          is), or NULL: the int handle's pending entry is then a (handle, result) tuple */
 } CoreHandle;
 
 HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
@@ -27,6 +29,8 @@ HOTPATH_INTERNAL extern PyTypeObject PreparedRequestBaseType;
  * HvdliteError (or the already-released one) raised. */
 HOTPATH_INTERNAL int wait_one(CoreHandle *handle);
 HOTPATH_INTERNAL void release_one(CoreHandle *handle);
+/* After the core has released the handle's id: marks it released and drops the memory it kept alive. */
+HOTPATH_INTERNAL void forget_released(CoreHandle *handle);
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
 /* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)

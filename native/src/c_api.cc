@@ -249,6 +249,7 @@ int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32
 }
 
 void hvdlite_release(hvdlite_handle handle) { Core::Get().handles().Release(handle); }
+int hvdlite_release_if_succeeded(hvdlite_handle handle) { return Core::Get().handles().ReleaseIfSucceeded(handle); }
 void hvdlite_release_all(const hvdlite_handle *handles, int32_t count) {
   Core::Get().handles().ReleaseAll(handles, std::max(0, count));
 }

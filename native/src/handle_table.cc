@@ -79,6 +79,16 @@ void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
   if (pending) WakeWaiters();  // a waiter on another thread learns that the handle is gone
 }
 
+int HandleTable::ReleaseIfSucceeded(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  HandleState *state = Find(handle);
+  if (!state) return -1;
+  if (!state->done) return kPending;
+  if (!state->error.empty()) return 1;
+  slots_.Remove(handle);  // done: no waiter needs to hear that it is gone
+  return 0;
+}
+
 void HandleTable::Release(int64_t handle) {
   ReleaseAll(&handle, 1);
 }

@@ -80,6 +80,8 @@ class HandleTable {
   }
   void Release(int64_t handle);
   void ReleaseAll(const int64_t *handles, int32_t count);
+  // Releases a handle that succeeded (0); else leaves it and returns ResultIfDone's answer (kPending, 1, -1).
+  int ReleaseIfSucceeded(int64_t handle);
 
  private:
   // A handle is (generation << 32) | slot index: finding its state is an array index, not a hash lookup, and
