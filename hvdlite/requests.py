@@ -83,8 +83,9 @@ class Request:
     keepalive: Any = ()
 
 
-# One submitted request: wait (or poll), read the output, then release. A C type (native/python/hotpath.c): a
-# training step calls wait and release once per gradient, and a Python subclass would be garbage-collected.
+# One submitted request: wait (or poll), read the output, then release (or finish: both in one call). A C type
+# (native/python/hotpath.c): a training step finishes one per gradient, and a Python subclass would be
+# garbage-collected.
 Handle = _hotpath.Handle
 _hotpath.configure_requests(DTYPES)
 _submit_request = _hotpath.submit_request

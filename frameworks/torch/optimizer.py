@@ -253,10 +253,7 @@ class _DistributedOptimizer:
 
     def _finish(self, bucket):
         if bucket.contexts is _PREPARED:  # reduced in place into p.grad
-            try:
-                bucket.handle.wait()
-            finally:
-                bucket.handle.release()
+            bucket.handle.finish()  # waits, then releases even when it raises
             return
         result = _synchronize_handle(bucket.handle)
         if bucket.contexts is None:  # sparse: rebuild the summed sparse gradient

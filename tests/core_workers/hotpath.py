@@ -1,7 +1,8 @@
 """The per-tensor calls made in C (native/python/hotpath.c), on real MPI ranks: prepared requests resubmitted
 with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
 collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
-prepared group pointed at new buffers in one call, a failing member of wait_all, one-off Requests (filled in
+prepared group pointed at new buffers in one call, a failing member of wait_all, Handle.finish (wait and
+release in one call), one-off Requests (filled in
 C, or by requests.py for what C leaves to it), and prepared requests' tokens (a name shared with submissions
 by value, duplicates, a request dropped in flight, a removed process set, a token from before init() again), and a
 core-allocated output read through its handle (the array outliving the dropped handle). Every result is checked
@@ -190,6 +191,30 @@ def check_released_handle(rank, size):
     release_all([handle])  # released ones are skipped
 
 
+def check_finish(rank, size):
+    # Handle.finish(): wait, then release whatever happened. The first of a fused step's handles waits; the
+    # others have finished by then and are released under one lock. Each result right, each handle released,
+    # the memory it kept dropped; a failed request raises its error on every rank and is released too.
+    requests = [prepared(f"hot.finish.{i}", "float32", (64 + i,)) for i in range(8)]
+    inputs = [rank_input("float32", (64 + i,), rank, "sum", ("finish", i)) for i in range(8)]
+    outs = [np.empty_like(x) for x in inputs]
+    kept = [weakref.ref(x) for x in inputs]
+    handles = [r.submit(x, out, x) for r, x, out in zip(requests, inputs, outs)]
+    del inputs
+    for i, (handle, out) in enumerate(zip(handles, outs)):
+        assert handle.finish() is None
+        assert handle._id is None, f"hot.finish.{i}: finish() left the handle unreleased"
+        references = [rank_input("float32", (64 + i,), r, "sum", ("finish", i)) for r in range(size)]
+        check_close(f"hot.finish.{i}", out, reduce_reference(references, "sum"), "float32", "finish()")
+    assert all(k() is None for k in kept), "finish() kept the inputs alive"
+    expect_error(hvd.HvdliteError, ["hot.finish.0", "already released"], handles[0].finish)
+    z = np.ones(3 + rank, np.float32)
+    failing = submit(Request(Collective.ALLREDUCE, "hot.finish.disagree", "float32", z.shape, z.ctypes.data,
+                             z.ctypes.data, keepalive=z))
+    expect_error(hvd.HvdliteError, ["hot.finish.disagree", "shape"], failing.finish)
+    assert failing._id is None, "a failed finish() left the handle unreleased"
+
+
 def check_core_allocated_output(rank, size):
     # An allgather's output is allocated by the core and read through the handle (C methods): its shape, and its
     # bytes as an array that keeps the handle, so it stays valid when the handle object is dropped.
@@ -326,7 +351,7 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_prepared_reuse, check_named_numpy_calls, check_dropped_handle, check_released_handle,
-                  check_core_allocated_output, check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
+                  check_finish, check_core_allocated_output, check_unusable_buffers, check_prepared_group_buffers, check_failing_member, check_plain_requests):
         check(rank, size)
     shared = check_prepared_tokens(rank, size)
     assert _hotpath.orphans() == 0, f"{_hotpath.orphans()} dropped handles left"
