@@ -439,20 +439,16 @@ static PyObject *synchronize(PyObject *module, PyObject *key) {
   }
   PyObject *handle = handle_of(entry);
   const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
-  CoreHandle *core_handle = (CoreHandle *)handle;
-  const int holds_result = is_core_handle && handle == entry;
-  if (holds_result && core_handle->id != RELEASED && hvdlite_release_if_succeeded(core_handle->id) == 0) {
-    /* Finished well (a step's handles after its first wait): released under the core's lock once. */
-    PyObject *value = take_result(core_handle);
-    forget_released(core_handle);
+  if (is_core_handle && handle == entry) {
+    /* An all-reduce's Handle, holding its output: taken first (finishing drops what the handle holds). */
+    PyObject *value = take_result((CoreHandle *)handle);
+    if (finish_one((CoreHandle *)handle) != 0) Py_CLEAR(value);
     Py_DECREF(entry);
     return value;
   }
-  const int waited = is_core_handle ? wait_one(core_handle) : call_method(handle, wait_name);
+  const int waited = is_core_handle ? wait_one((CoreHandle *)handle) : call_method(handle, wait_name);
   PyObject *value = NULL;
-  if (waited == 0 && holds_result) {
-    value = take_result(core_handle);
-  } else if (waited == 0) {
+  if (waited == 0) {
     PyObject *result = PyTuple_GET_ITEM(entry, 1);
     value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
   }

@@ -148,17 +148,22 @@ static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-/* wait() then release(), whatever happened: one lock of the core's handle table for a handle that has
- * finished well (the second and later handles of a fused step), instead of a wait and a release. */
-static PyObject *handle_finish(CoreHandle *self, PyObject *unused) {
-  if (self->id == RELEASED) return raise_released(self);
+int finish_one(CoreHandle *self) {
+  if (self->id == RELEASED) {
+    raise_released(self);
+    return -1;
+  }
   if (hvdlite_release_if_succeeded(self->id) == 0) {
     forget_released(self);
-    Py_RETURN_NONE;
+    return 0;
   }
   const int waited = wait_one(self);
   release_one(self);
-  if (waited != 0) return NULL;
+  return waited;
+}
+
+static PyObject *handle_finish(CoreHandle *self, PyObject *unused) {
+  if (finish_one(self) != 0) return NULL;
   Py_RETURN_NONE;
 }
 

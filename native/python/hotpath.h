@@ -29,6 +29,10 @@ HOTPATH_INTERNAL extern PyTypeObject PreparedRequestBaseType;
  * HvdliteError (or the already-released one) raised. */
 HOTPATH_INTERNAL int wait_one(CoreHandle *handle);
 HOTPATH_INTERNAL void release_one(CoreHandle *handle);
+/* Handle.finish(): wait_one, then release_one whatever happened; a handle that has finished well (the second and
+ * later handles of a fused step) is released under one lock of the core's handle table instead of two. 0, or -1
+ * with wait_one's error raised. */
+HOTPATH_INTERNAL int finish_one(CoreHandle *handle);
 /* After the core has released the handle's id: marks it released and drops the memory it kept alive. */
 HOTPATH_INTERNAL void forget_released(CoreHandle *handle);
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
