@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "algorithms/cross_memory.h"
-#include "fusion_planner.h"
 #include "logging.h"
 #include "mpi_types.h"
 #include "reduce_kernels.h"
@@ -465,7 +464,7 @@ bool Core::Iterate() {
     input.coordinator_words[1] = static_cast<uint64_t>(autotuner_->cycle_time_ms() * 1000.0);
   }
 
-  RoundResult global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
+  const RoundResult &global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
   if (first_round_awake) ReceiveWakes(global.wakes_sent_to_me);
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
@@ -713,7 +712,8 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
   for (size_t i = 0; i < round.cached.size(); ++i) sort_out(*round.cached[i], round.cached_entries[i]);
   for (const Response &response : round.slow_path) sort_out(response, set.FindPending(response.spec.name));
   const bool record = timeline_.active();
-  for (const FusedBatch &batch : PlanFusion(collectives, settings_.fusion_threshold_bytes)) {
+  PlanFusion(collectives, settings_.fusion_threshold_bytes, &fusion_plan_);
+  for (const FusedBatch &batch : fusion_plan_) {
     std::vector<Entry *> &locals = batch_entries_;
     locals.clear();
     for (size_t member : batch.members) locals.push_back(their_entries[member]);

@@ -14,6 +14,7 @@
 
 #include "autotuner.h"
 #include "collective_executor.h"
+#include "fusion_planner.h"
 #include "handle_table.h"
 #include "negotiation.h"
 #include "process_set.h"
@@ -178,6 +179,7 @@ class Core {
   std::vector<const Response *> round_collectives_;  // Execute's working lists, reused
   std::vector<Entry *> round_entries_;
   std::vector<Entry *> batch_entries_;
+  FusionPlan fusion_plan_;  // Execute's, reused
   Clock::time_point last_round_;
   std::vector<Entry *> fresh_;
   Settings settings_;

@@ -13,16 +13,26 @@ int64_t Bytes(const Response &r) {
 
 }  // namespace
 
-std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes) {
-  std::vector<FusedBatch> batches;
-  std::vector<size_t> open;  // indices of allreduce batches that may still take more
+FusedBatch &FusionPlan::Add(const Response *response, size_t position, int64_t bytes) {
+  if (size_ == batches_.size()) batches_.emplace_back();
+  FusedBatch &batch = batches_[size_++];
+  batch.parts.assign(1, response);
+  batch.members.assign(1, position);
+  batch.total_bytes = bytes;
+  return batch;
+}
+
+void PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes, FusionPlan *plan) {
+  plan->size_ = 0;
+  std::vector<size_t> &open = plan->open_;
+  open.clear();
   for (size_t position = 0; position < ready.size(); ++position) {
     const Response *response = ready[position];
     int64_t bytes = Bytes(*response);
     if (response->spec.collective == Collective::kAllreduce) {
       bool placed = false;
       for (size_t index : open) {
-        FusedBatch &batch = batches[index];
+        FusedBatch &batch = plan->batches_[index];
         const Request &head = batch.parts.front()->spec;
         if (!Compatible(head, response->spec)) continue;
         bool same_group = response->spec.group_id != 0 && head.group_id == response->spec.group_id;
@@ -35,11 +45,10 @@ std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, i
         }
       }
       if (placed) continue;
-      open.push_back(batches.size());
+      open.push_back(plan->size_);
     }
-    batches.push_back(FusedBatch{{response}, {position}, bytes});
+    plan->Add(response, position, bytes);
   }
-  return batches;
 }
 
 }  // namespace hvdlite

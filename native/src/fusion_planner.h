@@ -9,8 +9,25 @@
 
 namespace hvdlite {
 
+// The batches of one round. Reused from round to round: a batch's lists keep their capacity, so a steady
+// step plans without allocating.
+class FusionPlan {
+ public:
+  const FusedBatch *begin() const { return batches_.data(); }
+  const FusedBatch *end() const { return batches_.data() + size_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend void PlanFusion(const std::vector<const Response *> &, int64_t, FusionPlan *);
+  FusedBatch &Add(const Response *response, size_t position, int64_t bytes);
+
+  std::vector<FusedBatch> batches_;  // the first size_ are this round's
+  size_t size_ = 0;
+  std::vector<size_t> open_;  // indices of all-reduce batches that may still take more
+};
+
 // Members of one group stay together even past the threshold. threshold_bytes == 0 disables fusion
 // (except for groups, which are fused by request).
-std::vector<FusedBatch> PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes);
+void PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes, FusionPlan *plan);
 
 }  // namespace hvdlite

@@ -87,7 +87,7 @@ std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
 
 }  // namespace
 
-RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input) {
+const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input) {
   const Clock::time_point now = Clock::now();
   const int32_t capacity = set.cache.capacity();
   const int32_t words = (capacity + 63) / 64;
@@ -167,7 +167,8 @@ RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings,
     MPI_Allreduce(MPI_IN_PLACE, bits.data(), header_words, MPI_UINT64_T, MPI_BAND, set.comm);
   }
 
-  RoundResult result;
+  RoundResult &result = set.round;
+  result.Reset();
   result.shutdown = !(bits[0] & kNotShuttingDown);
   result.everyone_idle = (bits[0] & kIdle) && (bits[0] & kNoSlowPathWork);
   result.coordinator_words[0] = coordinator[0];

@@ -34,30 +34,9 @@ struct RoundInput {
   uint64_t coordinator_words[2] = {~uint64_t{0}, ~uint64_t{0}};
 };
 
-// An all-reduce that the round itself completed (eager_allreduce.h): the reduced values, before
-// postscale and the average's division, valid until the set's next round.
-struct EagerResult {
-  const Response *response;  // in the set's response cache, kept until its next round
-  Entry *entry;              // this rank's request (null: this rank joined, it only contributed zeros)
-  const uint8_t *reduced;
-};
-
 constexpr double kMaxHoldSeconds = 0.1;
 
-struct RoundResult {
-  // What runs this round, in this order: the cached responses ready everywhere (bit order; they point into
-  // the set's response cache, which keeps them until its next round), then the slow path's.
-  std::vector<const Response *> cached;
-  std::vector<Entry *> cached_entries;  // this rank's entry for each of cached (null where it joined)
-  std::vector<Response> slow_path;
-  std::vector<EagerResult> eager;
-  bool shutdown = false;        // some rank asked to shut down (global set only)
-  bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
-  bool held = false;            // ready cached collectives were held back (they come again next round)
-  int32_t wakes_sent_to_me = 0; // wake messages that other ranks sent this rank before the round
-  uint64_t coordinator_words[2] = {0, 0};
-};
-
-RoundResult NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
+// Runs the round and returns its outcome, which lives in set.round until the set's next round.
+const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
 
 }  // namespace hvdlite

@@ -14,6 +14,7 @@
 #include "entry.h"
 #include "messages.h"
 #include "response_cache.h"
+#include "round_result.h"
 
 namespace hvdlite {
 
@@ -83,6 +84,7 @@ struct ProcessSet {
   std::vector<Entry *> entry_of_bit;
   std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
+  RoundResult round;                               // the last round's outcome (NegotiateRound), reused
   bool joined = false;                             // this rank called join and waits for the others
 
  private:
