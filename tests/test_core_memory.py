@@ -47,19 +47,74 @@ def test_memory_does_not_grow_with_steps(tmp_path):
     assert_ran_ok(run_mpi(2, str(script), env={"HVDLITE_CACHE_CAPACITY": "64"}, timeout=400), 2)
 
 
-# Counts every malloc of the process it is preloaded into; the worker reads the count through ctypes.
+# Preloaded into a worker: counts every malloc of the process, and those of the core's background thread that the
+# core itself makes (directly, or through libstdc++'s operator new and containers; MPI's own allocations inside a
+# collective are not the core's). The worker reads the counts through ctypes.
 MALLOC_COUNTER = r"""
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <sys/prctl.h>
 #include <atomic>
 #include <cstddef>
-static std::atomic<long> calls{0};
+#include <cstring>
+static std::atomic<long> calls{0}, core_calls{0};
+static thread_local bool inside = false;  // backtrace itself may allocate the first time
+
+static bool InLibrary(void *address, const char *name) {
+  Dl_info info;
+  return dladdr(address, &info) && info.dli_fname && std::strstr(info.dli_fname, name);
+}
+
+static bool MadeByCore() {
+  void *frames[8];
+  const int count = backtrace(frames, 8);
+  for (int i = 1; i < count; ++i) {  // frames[0] is this malloc
+    if (InLibrary(frames[i], "libstdc++")) continue;
+    return InLibrary(frames[i], "libhvdlite_core");
+  }
+  return false;
+}
+
 extern "C" void *malloc(size_t size) {
   static void *(*real)(size_t) = reinterpret_cast<void *(*)(size_t)>(dlsym(RTLD_NEXT, "malloc"));
   calls.fetch_add(1, std::memory_order_relaxed);
+  if (!inside) {
+    inside = true;
+    char name[17] = {0};
+    prctl(PR_GET_NAME, name, 0, 0, 0);
+    if (std::strcmp(name, "hvdlite-core") == 0 && MadeByCore()) core_calls.fetch_add(1);
+    inside = false;
+  }
   return real(size);
 }
 extern "C" long hvdlite_test_malloc_calls() { return calls.load(); }
+extern "C" long hvdlite_test_core_mallocs() { return core_calls.load(); }
 """
+
+
+# Put before each worker: a count's growth per step, in steady state (after warm-up steps).
+COUNTED_PER_STEP = """
+def counted_per_step(count, step, warmup=50, steps=200):
+    for _ in range(warmup):
+        step()
+    before = count()
+    for _ in range(steps):
+        step()
+    return (count() - before) / steps
+"""
+
+
+def run_with_malloc_counter(tmp_path, worker):
+    """Runs worker (a script's text) on 2 ranks with the counter preloaded; its path is the worker's argument."""
+    source = tmp_path / "malloc_counter.cc"
+    source.write_text(MALLOC_COUNTER)
+    library = tmp_path / "malloc_counter.so"
+    compiler = shutil.which("mpicxx") or os.path.join(sys.prefix, "bin", "mpicxx")
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", str(source), "-o", str(library), "-ldl"], check=True)
+    script = tmp_path / "worker.py"
+    script.write_text(COUNTED_PER_STEP + worker)
+    assert_ran_ok(run_mpi(2, str(script), str(library), env={"LD_PRELOAD": str(library)}), 2)
+
 
 REQUESTS = """
 import ctypes, sys
@@ -91,13 +146,7 @@ def step():
     g.release()
     assert [o[0] for o in outs] == expected
 
-for _ in range(50):
-    step()
-before = counter.hvdlite_test_malloc_calls()
-steps = 200
-for _ in range(steps):
-    step()
-per_request = (counter.hvdlite_test_malloc_calls() - before) / (steps * 2 * count)
+per_request = counted_per_step(counter.hvdlite_test_malloc_calls, step) / (2 * count)
 # Each request used to allocate its name and shape on the caller's thread (2 per request); now the core's
 # queue and pending entries pass the same buffers round.
 assert per_request < 0.5, f"{per_request:.2f} mallocs per request in steady state"
@@ -106,57 +155,8 @@ print("WORKER OK", round(per_request, 3))
 
 
 def test_requests_allocate_nothing_in_steady_state(tmp_path):
-    source = tmp_path / "malloc_counter.cc"
-    source.write_text(MALLOC_COUNTER)
-    library = tmp_path / "malloc_counter.so"
-    compiler = shutil.which("mpicxx") or os.path.join(sys.prefix, "bin", "mpicxx")
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", str(source), "-o", str(library), "-ldl"], check=True)
-    script = tmp_path / "requests.py"
-    script.write_text(REQUESTS)
-    result = run_mpi(2, str(script), str(library), env={"LD_PRELOAD": str(library)})
-    assert_ran_ok(result, 2)
+    run_with_malloc_counter(tmp_path, REQUESTS)
 
-
-# Counts the mallocs of the core's background thread that the core itself makes (directly, or through
-# libstdc++'s operator new and containers); MPI's own allocations inside a collective are not the core's.
-CORE_MALLOC_COUNTER = r"""
-#include <dlfcn.h>
-#include <execinfo.h>
-#include <sys/prctl.h>
-#include <atomic>
-#include <cstddef>
-#include <cstring>
-static std::atomic<long> core_calls{0};
-static thread_local bool inside = false;  // backtrace itself may allocate the first time
-
-static bool InLibrary(void *address, const char *name) {
-  Dl_info info;
-  return dladdr(address, &info) && info.dli_fname && std::strstr(info.dli_fname, name);
-}
-
-static bool MadeByCore() {
-  void *frames[8];
-  const int count = backtrace(frames, 8);
-  for (int i = 1; i < count; ++i) {  // frames[0] is this malloc
-    if (InLibrary(frames[i], "libstdc++")) continue;
-    return InLibrary(frames[i], "libhvdlite_core");
-  }
-  return false;
-}
-
-extern "C" void *malloc(size_t size) {
-  static void *(*real)(size_t) = reinterpret_cast<void *(*)(size_t)>(dlsym(RTLD_NEXT, "malloc"));
-  if (!inside) {
-    inside = true;
-    char name[17] = {0};
-    prctl(PR_GET_NAME, name, 0, 0, 0);
-    if (std::strcmp(name, "hvdlite-core") == 0 && MadeByCore()) core_calls.fetch_add(1);
-    inside = false;
-  }
-  return real(size);
-}
-extern "C" long hvdlite_test_core_mallocs() { return core_calls.load(); }
-"""
 
 ROUNDS = """
 import ctypes, sys
@@ -180,13 +180,7 @@ def step():
     assert hvd.allreduce(small, name="small", op=hvd.Sum)[0] == sum(range(size))
     assert [o[0] for o in hvd.grouped_allreduce(mixed, name="mixed", op=hvd.Sum)] == expected[:8]
 
-for _ in range(50):
-    step()
-before = counter.hvdlite_test_core_mallocs()
-steps = 200
-for _ in range(steps):
-    step()
-per_step = (counter.hvdlite_test_core_mallocs() - before) / steps
+per_step = counted_per_step(counter.hvdlite_test_core_mallocs, step)
 # A round's negotiation result and its fusion plan keep their lists from round to round.
 assert per_step == 0, f"the core's thread allocated {per_step:.2f} times a step in steady state"
 print("WORKER OK", per_step)
@@ -194,12 +188,4 @@ print("WORKER OK", per_step)
 
 
 def test_background_thread_allocates_nothing_in_steady_state(tmp_path):
-    source = tmp_path / "core_malloc_counter.cc"
-    source.write_text(CORE_MALLOC_COUNTER)
-    library = tmp_path / "core_malloc_counter.so"
-    compiler = shutil.which("mpicxx") or os.path.join(sys.prefix, "bin", "mpicxx")
-    subprocess.run([compiler, "-shared", "-fPIC", "-O2", str(source), "-o", str(library), "-ldl"], check=True)
-    script = tmp_path / "rounds.py"
-    script.write_text(ROUNDS)
-    result = run_mpi(2, str(script), str(library), env={"LD_PRELOAD": str(library)})
-    assert_ran_ok(result, 2)
+    run_with_malloc_counter(tmp_path, ROUNDS)
