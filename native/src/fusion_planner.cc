@@ -13,13 +13,12 @@ int64_t Bytes(const Response &r) {
 
 }  // namespace
 
-FusedBatch &FusionPlan::Add(const Response *response, size_t position, int64_t bytes) {
+void FusionPlan::Add(const Response *response, size_t position, int64_t bytes) {
   if (size_ == batches_.size()) batches_.emplace_back();
   FusedBatch &batch = batches_[size_++];
   batch.parts.assign(1, response);
   batch.members.assign(1, position);
   batch.total_bytes = bytes;
-  return batch;
 }
 
 void PlanFusion(const std::vector<const Response *> &ready, int64_t threshold_bytes, FusionPlan *plan) {

@@ -19,7 +19,7 @@ class FusionPlan {
 
  private:
   friend void PlanFusion(const std::vector<const Response *> &, int64_t, FusionPlan *);
-  FusedBatch &Add(const Response *response, size_t position, int64_t bytes);
+  void Add(const Response *response, size_t position, int64_t bytes);  // a new batch of one
 
   std::vector<FusedBatch> batches_;  // the first size_ are this round's
   size_t size_ = 0;

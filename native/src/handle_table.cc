@@ -47,6 +47,10 @@ bool HandleTable::AllDone(const int64_t *handles, int32_t count) {
 
 int HandleTable::ResultIfDone(const int64_t *handles, int32_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return ResultIfDoneLocked(handles, count);
+}
+
+int HandleTable::ResultIfDoneLocked(const int64_t *handles, int32_t count) {
   int first_failure = 0;
   for (int32_t i = 0; i < count; ++i) {
     HandleState *state = Find(handles[i]);
@@ -81,12 +85,9 @@ void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
 
 int HandleTable::ReleaseIfSucceeded(int64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  HandleState *state = Find(handle);
-  if (!state) return -1;
-  if (!state->done) return kPending;
-  if (!state->error.empty()) return 1;
-  slots_.Remove(handle);  // done: no waiter needs to hear that it is gone
-  return 0;
+  const int result = ResultIfDoneLocked(&handle, 1);
+  if (result == 0) slots_.Remove(handle);  // done: no waiter needs to hear that it is gone
+  return result;
 }
 
 void HandleTable::Release(int64_t handle) {

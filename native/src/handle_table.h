@@ -90,6 +90,7 @@ class HandleTable {
   // table grows, so a waiter looks its handle up again whenever it wakes.
   HandleState *Find(int64_t handle) { return slots_.Find(handle); }
   bool ReleaseLocked(int64_t handle);  // true when it had not finished
+  int ResultIfDoneLocked(const int64_t *handles, int32_t count);
 
   std::mutex mutex_;
   std::condition_variable done_;
