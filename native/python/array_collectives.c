@@ -15,8 +15,10 @@
  * garbage-collected allocation, and a collection every 700 of them.
  */
 #include "hotpath.h"
+#include "output_arena.h"
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION /* memory handlers (NEP 49) */
 #include <numpy/arrayobject.h>
 
 static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set)
@@ -127,6 +129,23 @@ static int matches(PyObject *object, const hvdlite_request *request, const Signa
  * still holds the last result while it makes the next one reuses the one before. */
 #define KEPT_OUTPUTS 2
 
+/* New recycled outputs take their memory from output_arena.c (packed end to end): NumPy's memory handler is
+ * switched to it for the one allocation. The array frees through it whenever it dies. */
+static PyDataMem_Handler arena_handler = {
+    "hvdlite_outputs", 1, {NULL, output_arena_malloc, output_arena_calloc, output_arena_realloc, output_arena_free}};
+static PyObject *arena_capsule;
+
+static PyObject *new_output_like(PyArrayObject *like) {
+  PyObject *previous = PyDataMem_SetHandler(arena_capsule);
+  if (previous == NULL) return NULL;
+  PyObject *output = PyArray_NewLikeArray(like, NPY_CORDER, NULL, 1);
+  PyObject *restored = PyDataMem_SetHandler(previous);
+  Py_DECREF(previous);
+  if (restored == NULL) Py_CLEAR(output);
+  Py_XDECREF(restored);
+  return output;
+}
+
 /* True when kept is an array only its slot holds, of like's type, dtype and shape, that may be written. */
 static int reusable(PyObject *kept, PyArrayObject *like) {
   if (Py_REFCNT(kept) != 1 || !PyArray_CheckExact(kept) || !PyArray_CheckExact((PyObject *)like)) return 0;
@@ -146,7 +165,7 @@ static PyObject *recycled_output(PyObject *keeper, Py_ssize_t first, PyArrayObje
   int found = 0;
   while (found < KEPT_OUTPUTS && !(slots[found] != Py_None && reusable(slots[found], like))) ++found;
   PyObject *output = found < KEPT_OUTPUTS ? slots[found]  /* the slot's reference moves to the front */
-                                          : PyArray_NewLikeArray(like, NPY_CORDER, NULL, 1);
+                                          : new_output_like(like);
   if (output == NULL) return NULL;
   PyObject *dropped = found < KEPT_OUTPUTS ? NULL : slots[KEPT_OUTPUTS - 1];
   for (int i = found < KEPT_OUTPUTS ? found : KEPT_OUTPUTS - 1; i > 0; --i) slots[i] = slots[i - 1];
@@ -504,6 +523,10 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
   "process_set=None)\n--\n\n"
 #define KEYWORDS(function) (PyCFunction)(void (*)(void))(function), METH_FASTCALL | METH_KEYWORDS
 
+static PyObject *output_arena_bytes(PyObject *module, PyObject *unused) {
+  return PyLong_FromSize_t(output_arena_chunk_bytes());
+}
+
 PyMethodDef array_collective_functions[] = {
     {"allreduce_async", KEYWORDS(allreduce_async_function),
      "allreduce_async" ALLREDUCE_SIGNATURE
@@ -519,6 +542,8 @@ PyMethodDef array_collective_functions[] = {
     {"track", FASTCALL(track), "track(handle, result) -> int handle"},
     {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
     {"poll", poll, METH_O, "poll(handle_id) -> True once the collective behind handle_id has finished"},
+    {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
+     "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
     {"configure_arrays", FASTCALL(configure_arrays),
      "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,\n"
      "                 average, global_process_set)"},
@@ -531,6 +556,8 @@ int array_collectives_constants(PyObject *module) {
 
 int array_collectives_ready(void) {
   if (_import_array() < 0) return -1;
+  arena_capsule = PyCapsule_New(&arena_handler, "mem_handler", NULL);
+  if (arena_capsule == NULL) return -1;
   address_attribute = PyUnicode_InternFromString("_address");
   name_attribute = PyUnicode_InternFromString("name");
   set_id_attribute = PyUnicode_InternFromString("process_set_id");

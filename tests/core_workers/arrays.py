@@ -2,8 +2,8 @@
 array layouts the C path hands to Python (strided, Fortran order, 0-d, lists, byte-swapped), names whose dtype,
 shape, op, scale factors or process set change between calls, Horovod's arguments bound by position and keyword,
 int handles (poll, synchronize twice, many in flight), errors on every rank (shapes that disagree, unsupported
-dtypes), grouped all-reduces whose members change, outputs recycled only when nobody holds them, references
-that must not leak, and calls after shutdown.
+dtypes), grouped all-reduces whose members change, outputs recycled only when nobody holds them, the arena their
+memory comes from (packed, resizable, bounded), references that must not leak, and calls after shutdown.
 Every result is checked against a float64 reference.
 
 Prints 'WORKER OK' per rank on success.
@@ -263,6 +263,46 @@ def check_recycled_outputs(rank, size):
     check_close(name, outs[1], 2 * step_expected(21, (2, 2)), "float64", "group, new member")
 
 
+def check_output_arena(rank, size):
+    # New recycled outputs come from native/python/output_arena.c: packed end to end, 64-byte aligned, in 2 MiB
+    # chunks; bigger ones on their own. Results right whatever their memory, resizable like any array, and the
+    # chunks given back as their outputs die.
+    def run(count, shape, tag, step):
+        inputs = [rank_input("float32", shape, rank, "sum", (tag, i, step)) for i in range(count)]
+        handles = [hvd.allreduce_async(x, name=f"arrays.arena.{tag}.{i}", op=hvd.Sum) for i, x in enumerate(inputs)]
+        outs = [hvd.synchronize(h) for h in handles]
+        for i, out in enumerate(outs):
+            check_close(tag, out, reference("float32", shape, "sum", size, (tag, i, step)), "float32", f"output {i}")
+        return outs
+
+    outs = run(8, (1000,), "packed", 0)  # 4000 bytes each: 4032 with the header, rounded to 64
+    addresses = [o.ctypes.data for o in outs]
+    assert all(a % 64 == 0 for a in addresses), f"outputs not 64-byte aligned: {[a % 64 for a in addresses]}"
+    steps = {b - a for a, b in zip(addresses, addresses[1:])}
+    assert steps == {4032 + 64}, f"outputs made one after another are not packed end to end: steps {steps}"
+    assert all(o.flags.owndata for o in outs), "arena outputs must own their data (recycling needs it)"
+
+    big = run(2, (300_000,), "own", 0)  # 1.2 MB each: over a quarter of a chunk, their own memory
+    big[0].resize((600_000,), refcheck=False)  # realloc: the old contents kept, the rest zeros
+    want = reference("float32", (300_000,), "sum", size, ("own", 0, 0))
+    check_close("resized", big[0][:300_000], want, "float32", "a resized output keeps its values")
+    outs[3].resize((2000,), refcheck=False)  # an output inside a chunk, moved to a bigger place
+    check_close("resized", outs[3][:1000], reference("float32", (1000,), "sum", size, ("packed", 3, 0)), "float32",
+                "a resized packed output keeps its values")
+    del outs, big
+
+    # Names whose shapes change every call drop their old outputs: the chunks mapped stop growing with steps, and
+    # stay within what the kept outputs need (48 names, each keeping at most two of up to 96 KB) and two chunks.
+    mapped = []
+    for step in range(90):
+        for _ in run(16, (20_000 + 1000 * (step % 5),), f"churn{step % 3}", step):
+            pass
+        if step in (29, 89):
+            mapped.append(hvd.ops._hotpath.output_arena_bytes())
+    assert mapped[1] <= mapped[0], f"output chunks grow with steps: {mapped[0]} then {mapped[1]} bytes"
+    assert mapped[1] <= 48 * 2 * 96_064 + 2 * (2 << 20), f"{mapped[1]} bytes of output chunks"
+
+
 def check_no_leaks(rank, size):
     # The C path holds the input and the output until the handle is released, then lets both go (but for the
     # one reference of the slot that recycles it).
@@ -298,7 +338,8 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_arguments,
-                  check_int_handles, check_errors_on_every_rank, check_groups, check_recycled_outputs, check_no_leaks,
+                  check_int_handles, check_errors_on_every_rank, check_groups, check_recycled_outputs, check_output_arena,
+                  check_no_leaks,
                   check_after_shutdown):
         check(rank, size)
     print("WORKER OK", flush=True)
