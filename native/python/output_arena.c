@@ -11,12 +11,9 @@
 #define ALIGNMENT ((size_t)64)          /* a cache line: what the core's vector copies like best */
 #define LARGEST (CHUNK_BYTES / 4)       /* bigger allocations get their own memory */
 
-enum { IN_CHUNK = 1, OWN = 2 };
-
-/* Before each allocation's data, ALIGNMENT bytes. */
+/* Before each allocation's data, ALIGNMENT bytes. Its size also says where it lives: over LARGEST, its own. */
 typedef struct {
   size_t size;
-  int where; /* IN_CHUNK or OWN */
 } Header;
 
 /* At the start of each chunk (the first ALIGNMENT bytes). */
@@ -67,9 +64,7 @@ static Header *allocate_locked(size_t size) {
   const size_t bytes = ALIGNMENT + round_up(size ? size : 1);
   if (size > LARGEST) {
     Header *header = aligned_alloc(ALIGNMENT, bytes);
-    if (header == NULL) return NULL;
-    header->where = OWN;
-    header->size = size;
+    if (header != NULL) header->size = size;
     return header;
   }
   if (current == NULL || used + bytes > CHUNK_BYTES) {
@@ -81,13 +76,12 @@ static Header *allocate_locked(size_t size) {
   Header *header = (Header *)((uint8_t *)current + used);
   used += bytes;
   ++current->live;
-  header->where = IN_CHUNK;
   header->size = size;
   return header;
 }
 
 static void free_locked(Header *header) {
-  if (header->where == OWN) {
+  if (header->size > LARGEST) {
     free(header);
     return;
   }

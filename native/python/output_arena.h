@@ -8,10 +8,10 @@
  * fastest (docs/benchmarks.md, session 24). Chunks give every recycled output that layout, whatever else the
  * program allocates meanwhile.
  *
- * Each allocation is a 64-byte header (its size; where it lives) and the data, 64-byte aligned. A chunk counts its
- * live allocations; an empty chunk is reused from its start, or kept as the one spare, or unmapped. Allocations
- * over a quarter of a chunk get their own memory (malloc). Plain C, no Python: NumPy calls these with the GIL
- * held, and a mutex guards them anyway. */
+ * Each allocation is a 64-byte header (its size, which also says where it lives) and the data, 64-byte aligned.
+ * A chunk counts its live allocations; an empty chunk is reused from its start, or kept as the one spare, or
+ * unmapped. Allocations over a quarter of a chunk get their own memory (aligned_alloc). Plain C, no Python:
+ * NumPy calls these with the GIL held, and a mutex guards them anyway. */
 #pragma once
 #include <stddef.h>
 
