@@ -212,7 +212,9 @@ def _replace_file(source, target):
 HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c", "native/python/array_collectives.c",
                                                       "native/python/request_objects.c",
                                                       "native/python/prepared_request.c",
-                                                      "native/python/output_arena.c"],
+                                                      "native/python/output_arena.c",
+                                                      "native/python/int_handles.c",
+                                                      "native/python/named_allreduce.c"],
                     include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
                     depends=["native/python/hotpath.h", "native/python/output_arena.h", "native/include/hvdlite.h"],
                     extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])

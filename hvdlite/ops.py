@@ -18,10 +18,9 @@ from .requests import (Collective, PreparedGroup, PreparedRequest, Request, addr
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 _REDUCE_OPS = frozenset((Average, Sum, Min, Max, Product))
 
-# int handle -> (Handle or GroupHandle, the result: an array, or a function of the finished handle), or a Handle
-# alone that holds its result (the all-reduces). Filled by _track and by the all-reduces in C
-# (native/python/array_collectives.c), which count the ids.
-_pending = {}
+# How many int handles are not synchronized yet. They live in a C table (native/python/int_handles.c), filled by
+# _track and by the all-reduces in C.
+pending_handles = _hotpath.pending_handles
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -98,8 +97,9 @@ def _core_output(handle, dtype):
 
 
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
-# by name as [address of the C request, PreparedRequest, its last outputs], and resubmitted from C with each
-# call's arrays (native/python/array_collectives.c), which recycles an output once nobody holds it.
+# by name as a NamedAllreduce (native/python/named_allreduce.c: a copy of the C request, the PreparedRequest, its
+# last outputs), and resubmitted from C with each call's arrays (native/python/array_collectives.c), which
+# recycles an output once nobody holds it.
 # Bounded (emptied when full, see requests.cached): each also holds the core's entry for its name, so the bound
 # is the core's default response cache capacity, beyond which names are negotiated the slow way anyway.
 _PREPARED_REQUESTS = {}
@@ -116,13 +116,12 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
                                        postscale_factor=postscale_factor, process_set=process_set))
     entry = None
     if name:  # replaces a request of another dtype or shape
-        entry = remember(_PREPARED_REQUESTS, name, [prepared._address, prepared] + [None] * _hotpath.KEPT_OUTPUTS,
-                         _PREPARED_REQUESTS_LIMIT)
+        entry = remember(_PREPARED_REQUESTS, name, _hotpath.NamedAllreduce(prepared), _PREPARED_REQUESTS_LIMIT)
     return prepared, array, entry
 
 
-_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _pending, _require_init, ml_dtypes.bfloat16,
-                          resolve_op, _REDUCE_OPS, Average, global_process_set)
+_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _require_init, ml_dtypes.bfloat16, resolve_op,
+                          _REDUCE_OPS, Average, global_process_set)
 
 # allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
 #                 process_set=None), and allreduce with the same arguments, are C functions with Horovod's

@@ -34,7 +34,7 @@ before = rss_kib()
 for i in range(300, 2300):
     step(i)
 after = rss_kib()
-assert not ops._pending, len(ops._pending)
+assert not ops.pending_handles(), ops.pending_handles()
 assert after - before < 3 * 1024, f"RSS grew by {after - before} KiB over 2000 steps"
 print("WORKER OK", before, after)
 """

@@ -8,11 +8,8 @@
  * goes to ops.py's prepare function, which checks the arguments, raises what is wrong, and caches the new
  * request.
  *
- * The int handles of the NumPy API live in ops.py's pending dict, filled here and by ops.py (track):
- * handle id -> the Handle of a NumPy all-reduce, whose result field holds its output array, or, for the other
- * collectives, (handle, result): the output array, or a function of the handle for collectives whose output is
- * known only when they finish. An all-reduce's entry is its handle alone: a tuple per tensor is a
- * garbage-collected allocation, and a collection every 700 of them.
+ * An all-reduce's int handle (int_handles.c) files its Handle alone, whose result field holds the output array:
+ * a (handle, result) tuple per tensor would be a garbage-collected allocation, and a collection every 700.
  */
 #include "hotpath.h"
 #include "output_arena.h"
@@ -27,14 +24,10 @@ static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's ru
 static PyObject *reduce_ops;        /* ops._REDUCE_OPS: the ops resolve_op returns unchanged when average is None */
 static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
 static PyObject *global_set;        /* process_sets.global_process_set: the default process set */
-static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> [address of its C request, PreparedRequest,
-                                       its kept outputs (KEPT_OUTPUTS slots, see recycled_output)] */
-static PyObject *pending;           /* ops._pending: handle id -> Handle (its result set) or (handle, result or
-                                       finish function) */
+static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> its NamedAllreduce (named_allreduce.c) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
 static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
-static long long last_handle_id;
-static PyObject *address_attribute, *name_attribute, *set_id_attribute, *wait_name, *release_name, *poll_name;
+static PyObject *address_attribute, *name_attribute, *set_id_attribute;
 
 /* What every member of a call must have been prepared with. */
 typedef struct {
@@ -121,13 +114,12 @@ static int matches(PyObject *object, const hvdlite_request *request, const Signa
 }
 
 /* Output recycling. Each prepared request, and each member of a prepared group, keeps its last KEPT_OUTPUTS
- * output arrays in slots of a list (most recent first). One that nobody else holds any more (no reference,
+ * output arrays in slots (most recent first; hotpath.h). One that nobody else holds any more (no reference,
  * view, buffer export or weak reference: only its slot's) is handed out again instead of a new array. A
  * training step drops its results; a new array every step costs a malloc and, once glibc has given the freed
  * pages back, a page fault per 4 KiB when the core writes it (measured: 256 x 16 KiB grouped, dropped each
  * step, one process: 4.7 ms a step against 0.8 ms through fixed outputs). Two slots, so that a loop that
  * still holds the last result while it makes the next one reuses the one before. */
-#define KEPT_OUTPUTS 2
 
 /* New recycled outputs take their memory from output_arena.c (packed end to end): NumPy's memory handler is
  * switched to it for the one allocation. The array frees through it whenever it dies. */
@@ -158,10 +150,9 @@ static int reusable(PyObject *kept, PyArrayObject *like) {
   return 1;
 }
 
-/* An output array like `like` from the KEPT_OUTPUTS slots of keeper (a list) that start at first: a kept one
+/* An output array like `like` from KEPT_OUTPUTS slots (each an array or None): a kept one
  * nobody holds, or a new one, which goes into the first slot (the others move down one). */
-static PyObject *recycled_output(PyObject *keeper, Py_ssize_t first, PyArrayObject *like) {
-  PyObject **slots = &PyList_GET_ITEM(keeper, first);
+static PyObject *recycled_output(PyObject **slots, PyArrayObject *like) {
   int found = 0;
   while (found < KEPT_OUTPUTS && !(slots[found] != Py_None && reusable(slots[found], like))) ++found;
   PyObject *output = found < KEPT_OUTPUTS ? slots[found]  /* the slot's reference moves to the front */
@@ -184,46 +175,51 @@ static hvdlite_request *request_of(PyObject *prepared) {
   return request;
 }
 
-/* True when entry has the shape of a _PREPARED_REQUESTS value: [address, PreparedRequest, KEPT_OUTPUTS slots]. */
-static int is_prepared_entry(PyObject *entry) {
-  return PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == 2 + KEPT_OUTPUTS;
-}
-
-/* The cached prepared request of name when tensor matches it (a new reference to its entry in *entry), else
- * NULL (with an error set only when something failed, not for a mere miss). */
-static const hvdlite_request *cached_request(PyObject *tensor, PyObject *name, const Signature *signature,
-                                             PyObject **entry) {
-  *entry = NULL;
+/* The cached NamedAllreduce of name when tensor matches its request (a new reference), else NULL (with an error
+ * set only when something failed, not for a mere miss). */
+static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Signature *signature) {
   if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
   PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
   if (found == NULL) return NULL;
-  if (!is_prepared_entry(found)) {
-    PyErr_Format(PyExc_TypeError, "prepared request of '%U' must be [address, PreparedRequest, outputs...]", name);
+  if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
+    PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
     return NULL;
   }
-  const hvdlite_request *request = (const hvdlite_request *)PyLong_AsVoidPtr(PyList_GET_ITEM(found, 0));
-  if (request == NULL || !matches(tensor, request, signature)) return NULL;
-  *entry = Py_NewRef(found);
-  return request;
+  NamedAllreduce *entry = (NamedAllreduce *)found;
+  return matches(tensor, &entry->request, signature) ? (NamedAllreduce *)Py_NewRef(found) : NULL;
 }
 
 /* 0 once ops.py has called configure_arrays, else -1 with an error set. */
 static int check_configured(void) {
-  if (pending != NULL) return 0;
+  if (prepared_requests != NULL) return 0;
   PyErr_SetString(PyExc_RuntimeError, "hvdlite._hotpath: configure_arrays was not called (import hvdlite.ops)");
   return -1;
 }
 
-/* A new handle id in the pending dict for entry (see the top of this file); the id as a Python int. */
-static PyObject *track_entry(PyObject *entry) {
-  PyObject *key = PyLong_FromLongLong(++last_handle_id);
-  if (key != NULL && PyDict_SetItem(pending, key, entry) != 0) Py_CLEAR(key);
-  return key;
+/* What ops._prepare_allreduce makes of a call the C path has no matching request for: the array to read (new
+ * reference in *array), and the request to send: its NamedAllreduce's (a new reference in *entry) for a named
+ * call, else the PreparedRequest's own (held by *prepared). NULL with an error set when Python raised. */
+static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject **array, NamedAllreduce **entry,
+                                                 PyObject **prepared) {
+  PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
+  if (made == NULL) return NULL;
+  PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
+  if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
+      !(kept == Py_None || Py_IS_TYPE(kept, &NamedAllreduceType))) {
+    Py_DECREF(made);
+    PyErr_SetString(PyExc_TypeError, "prepare must return (PreparedRequest, array, NamedAllreduce or None)");
+    return NULL;
+  }
+  *array = Py_NewRef(PyTuple_GET_ITEM(made, 1));
+  *prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
+  *entry = kept == Py_None ? NULL : (NamedAllreduce *)Py_NewRef(kept); /* just cached: its output is kept too */
+  Py_DECREF(made);
+  return *entry ? &(*entry)->request : request_of(*prepared);
 }
 
 /* The all-reduce of one array into a new (or recycled) array of its shape; args are (tensor, name, op,
  * prescale_factor, postscale_factor, process_set), op resolved. wait false: enqueued, returns its int handle
- * (see synchronize); true: returns the result. */
+ * (see int_handles.c); true: returns the result. */
 static PyObject *allreduce_array(PyObject *const *args, int wait) {
   if (!hvdlite_is_initialized()) {
     PyObject *ok = PyObject_CallNoArgs(require_init);  /* raises ValueError */
@@ -231,39 +227,22 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     Py_DECREF(ok);
   }
   Signature signature;
-  PyObject *prepared = NULL, *entry = NULL, *array = args[0], *result = NULL;
-  const hvdlite_request *request =
-      signature_of(args + 2, &signature) ? cached_request(args[0], args[1], &signature, &entry) : NULL;
-  if (request == NULL) {
+  PyObject *prepared = NULL, *array = args[0], *result = NULL;
+  NamedAllreduce *entry = signature_of(args + 2, &signature) ? cached_entry(args[0], args[1], &signature) : NULL;
+  const hvdlite_request *request = NULL;
+  if (entry != NULL) {
+    request = &entry->request;
+    Py_INCREF(array);
+  } else {
     /* A name not prepared yet (or prepared otherwise), no name, or an array Python must look at. */
     if (PyErr_Occurred()) return NULL;
-    PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
-    if (made == NULL) return NULL;
-    PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
-    if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
-        !(kept == Py_None || is_prepared_entry(kept))) {
-      Py_DECREF(made);
-      return PyErr_Format(PyExc_TypeError, "prepare must return (PreparedRequest, array, entry or None)");
-    }
-    prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
-    array = Py_NewRef(PyTuple_GET_ITEM(made, 1));
-    entry = kept == Py_None ? NULL : Py_NewRef(kept);  /* a named request, just cached: its output is kept too */
-    Py_DECREF(made);
-    request = request_of(prepared);
-    if (request == NULL) {
-      Py_DECREF(array);
-      Py_DECREF(prepared);
-      Py_XDECREF(entry);
-      return NULL;
-    }
-  } else {
-    prepared = Py_NewRef(PyList_GET_ITEM(entry, 1));
-    Py_INCREF(array);
+    array = NULL;
+    request = prepared_in_python(args, &array, &entry, &prepared);
   }
-  PyObject *name = PyUnicode_Check(args[1]) && PyUnicode_GET_LENGTH(args[1]) > 0
-                       ? Py_NewRef(args[1]) : PyObject_GetAttr(prepared, name_attribute);
+  const int named = PyUnicode_Check(args[1]) && PyUnicode_GET_LENGTH(args[1]) > 0;
+  PyObject *name = request == NULL ? NULL : named ? Py_NewRef(args[1]) : PyObject_GetAttr(prepared, name_attribute);
   PyObject *output = name == NULL ? NULL
-                     : entry ? recycled_output(entry, 2, (PyArrayObject *)array)
+                     : entry ? recycled_output(entry->outputs, (PyArrayObject *)array)
                              : PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1);
   if (output != NULL) {
     hvdlite_request filled = *request;
@@ -283,8 +262,8 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
   }
   Py_XDECREF(output);
   Py_XDECREF(name);
-  Py_DECREF(array);
-  Py_DECREF(prepared);
+  Py_XDECREF(array);
+  Py_XDECREF(prepared);
   Py_XDECREF(entry);
   return result;
 }
@@ -393,7 +372,7 @@ static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_
       Py_CLEAR(outputs);
       break;
     }
-    PyObject *output = recycled_output(kept, i * KEPT_OUTPUTS, (PyArrayObject *)array);
+    PyObject *output = recycled_output(&PyList_GET_ITEM(kept, i * KEPT_OUTPUTS), (PyArrayObject *)array);
     if (output == NULL) {
       Py_CLEAR(outputs);
       Py_DECREF(arrays);
@@ -408,111 +387,24 @@ static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_
   return outputs != NULL ? outputs : Py_NewRef(Py_None);
 }
 
-/* track(handle, result): a new int handle for a submitted request (see the top of this file). */
-static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "track takes 2 arguments (%zd given)", nargs);
-  if (check_configured() != 0) return NULL;
-  PyObject *entry = PyTuple_Pack(2, args[0], args[1]);
-  if (entry == NULL) return NULL;
-  PyObject *key = track_entry(entry);
-  Py_DECREF(entry);
-  return key;
-}
-
-/* Calls handle.method() on a handle that is not a CoreHandle (a GroupHandle); 0, or -1 with an error set. */
-static int call_method(PyObject *handle, PyObject *method) {
-  PyObject *returned = PyObject_CallMethodNoArgs(handle, method);
-  Py_XDECREF(returned);
-  return returned != NULL ? 0 : -1;
-}
-
-/* The pending entry of an int handle (borrowed), or NULL with KeyError (or another error) set. */
-static PyObject *pending_entry(PyObject *key) {
-  PyObject *entry = PyDict_GetItemWithError(pending, key);
-  if (entry == NULL && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
-  return entry;
-}
-
-/* A pending entry's handle (borrowed): the entry itself, or the first item of its (handle, result) tuple. */
-static PyObject *handle_of(PyObject *entry) {
-  return PyTuple_CheckExact(entry) ? PyTuple_GET_ITEM(entry, 0) : entry;
-}
-
-/* The result a Handle holds for synchronize (the handle's reference moves to the caller), or None. */
-static PyObject *take_result(CoreHandle *handle) {
-  PyObject *result = handle->result ? handle->result : Py_NewRef(Py_None);
-  handle->result = NULL;
-  return result;
-}
-
-/* synchronize(handle_id): waits for the request behind an int handle, forgets the handle and returns the
- * result; raises KeyError for an unknown handle and HvdliteError when the collective failed. */
-static PyObject *synchronize(PyObject *module, PyObject *key) {
-  if (check_configured() != 0) return NULL;
-  PyObject *entry = pending_entry(key);
-  if (entry == NULL) return NULL;
-  Py_INCREF(entry);
-  if (PyDict_DelItem(pending, key) != 0) {
-    Py_DECREF(entry);
-    return NULL;
-  }
-  PyObject *handle = handle_of(entry);
-  const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
-  if (is_core_handle && handle == entry) {
-    /* An all-reduce's Handle, holding its output: taken first (finishing drops what the handle holds). */
-    PyObject *value = take_result((CoreHandle *)handle);
-    if (finish_one((CoreHandle *)handle) != 0) Py_CLEAR(value);
-    Py_DECREF(entry);
-    return value;
-  }
-  const int waited = is_core_handle ? wait_one((CoreHandle *)handle) : call_method(handle, wait_name);
-  PyObject *value = NULL;
-  if (waited == 0) {
-    PyObject *result = PyTuple_GET_ITEM(entry, 1);
-    value = PyCallable_Check(result) ? PyObject_CallOneArg(result, handle) : Py_NewRef(result);
-  }
-  /* Released whatever happened, keeping the error raised so far. */
-  if (is_core_handle) {
-    release_one((CoreHandle *)handle);
-  } else {
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    if (call_method(handle, release_name) != 0 && type != NULL) PyErr_Clear();
-    if (type != NULL) PyErr_Restore(type, error, traceback);
-    if (PyErr_Occurred()) Py_CLEAR(value);
-  }
-  Py_DECREF(entry);
-  return value;
-}
-
-/* poll(handle_id): True when the request behind an int handle has finished; KeyError for an unknown handle. */
-static PyObject *poll(PyObject *module, PyObject *key) {
-  if (check_configured() != 0) return NULL;
-  PyObject *entry = pending_entry(key);
-  if (entry == NULL) return NULL;
-  return PyObject_CallMethodNoArgs(handle_of(entry), poll_name);
-}
-
-/* configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,
- * average, global_process_set): what ops.py lends. */
+/* configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,
+ * global_process_set): what ops.py lends. */
 static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 9) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 9 arguments (%zd given)", nargs);
-  if (!PyDict_Check(args[1]) || !PyDict_Check(args[2]) || !PyAnySet_Check(args[6])) {
-    return PyErr_Format(PyExc_TypeError,
-                        "configure_arrays: prepared_requests and pending must be dicts, reduce_ops a set");
+  if (nargs != 8) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 8 arguments (%zd given)", nargs);
+  if (!PyDict_Check(args[1]) || !PyAnySet_Check(args[5])) {
+    return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests must be a dict, reduce_ops a set");
   }
   PyArray_Descr *bfloat16 = NULL;
-  if (!PyArray_DescrConverter(args[4], &bfloat16)) return NULL;
+  if (!PyArray_DescrConverter(args[3], &bfloat16)) return NULL;
   bfloat16_type = bfloat16->type_num;
   Py_DECREF(bfloat16);
   Py_XSETREF(prepare_allreduce, Py_NewRef(args[0]));
   Py_XSETREF(prepared_requests, Py_NewRef(args[1]));
-  Py_XSETREF(pending, Py_NewRef(args[2]));
-  Py_XSETREF(require_init, Py_NewRef(args[3]));
-  Py_XSETREF(resolve_op, Py_NewRef(args[5]));
-  Py_XSETREF(reduce_ops, Py_NewRef(args[6]));
-  Py_XSETREF(average_op, Py_NewRef(args[7]));
-  Py_XSETREF(global_set, Py_NewRef(args[8]));
+  Py_XSETREF(require_init, Py_NewRef(args[2]));
+  Py_XSETREF(resolve_op, Py_NewRef(args[4]));
+  Py_XSETREF(reduce_ops, Py_NewRef(args[5]));
+  Py_XSETREF(average_op, Py_NewRef(args[6]));
+  Py_XSETREF(global_set, Py_NewRef(args[7]));
   Py_RETURN_NONE;
 }
 
@@ -539,14 +431,11 @@ PyMethodDef array_collective_functions[] = {
      "Reduces tensor over all ranks of the process set; returns a new array (see allreduce_async)."},
     {"point_arrays", FASTCALL(point_arrays),
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
-    {"track", FASTCALL(track), "track(handle, result) -> int handle"},
-    {"synchronize", synchronize, METH_O, "synchronize(handle_id) -> result; raises if the collective failed"},
-    {"poll", poll, METH_O, "poll(handle_id) -> True once the collective behind handle_id has finished"},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
      "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
     {"configure_arrays", FASTCALL(configure_arrays),
-     "configure_arrays(prepare, prepared_requests, pending, require_init, bfloat16_dtype, resolve_op, reduce_ops,\n"
-     "                 average, global_process_set)"},
+     "configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,\n"
+     "                 global_process_set)"},
     {NULL, NULL, 0, NULL}};
 
 int array_collectives_constants(PyObject *module) {
@@ -561,12 +450,7 @@ int array_collectives_ready(void) {
   address_attribute = PyUnicode_InternFromString("_address");
   name_attribute = PyUnicode_InternFromString("name");
   set_id_attribute = PyUnicode_InternFromString("process_set_id");
-  wait_name = PyUnicode_InternFromString("wait");
-  release_name = PyUnicode_InternFromString("release");
-  poll_name = PyUnicode_InternFromString("poll");
-  if (!address_attribute || !name_attribute || !set_id_attribute || !wait_name || !release_name || !poll_name) {
-    return -1;
-  }
+  if (!address_attribute || !name_attribute || !set_id_attribute) return -1;
   float_one = PyFloat_FromDouble(1.0);
   if (float_one == NULL) return -1;
   for (int i = 0; i < 7; ++i) {

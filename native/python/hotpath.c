@@ -542,7 +542,10 @@ static struct PyModuleDef hotpath_module = {
     "Per-tensor submit / wait / release of hvdlite's core, as single C calls.", -1, hotpath_functions};
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
-  if (PyType_Ready(&CoreHandleType) < 0 || PyType_Ready(&PreparedRequestBaseType) < 0) return NULL;
+  if (PyType_Ready(&CoreHandleType) < 0 || PyType_Ready(&PreparedRequestBaseType) < 0 ||
+      PyType_Ready(&NamedAllreduceType) < 0) {
+    return NULL;
+  }
   PyObject *errors = PyImport_ImportModule("hvdlite.errors");
   if (errors == NULL) return NULL;
   hvdlite_error = PyObject_GetAttrString(errors, "HvdliteError");
@@ -554,11 +557,13 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   PyObject *module = PyModule_Create(&hotpath_module);
   if (module == NULL) return NULL;
   if (PyModule_AddFunctions(module, array_collective_functions) != 0 ||
-      PyModule_AddFunctions(module, request_object_functions) != 0 || array_collectives_constants(module) != 0) {
+      PyModule_AddFunctions(module, request_object_functions) != 0 ||
+      PyModule_AddFunctions(module, int_handle_functions) != 0 || array_collectives_constants(module) != 0) {
     Py_DECREF(module);
     return NULL;
   }
-  if (PyModule_AddType(module, &CoreHandleType) < 0 || PyModule_AddType(module, &PreparedRequestBaseType) < 0) {
+  if (PyModule_AddType(module, &CoreHandleType) < 0 || PyModule_AddType(module, &PreparedRequestBaseType) < 0 ||
+      PyModule_AddType(module, &NamedAllreduceType) < 0) {
     Py_DECREF(module);
     return NULL;
   }

@@ -61,6 +61,23 @@ HOTPATH_INTERNAL PyObject *core_output_array(CoreHandle *handle);
 /* A ProcessSet's process_set_id, or -1 with no error set when it has none (not added to hvdlite yet). */
 HOTPATH_INTERNAL int process_set_id_of(PyObject *process_set);
 
+/* int_handles.c: the int handles of the NumPy API (track, synchronize, poll). track_entry files entry (a Handle
+ * holding its result, or a (handle, result) tuple) under a new int handle and returns it, or NULL with an error. */
+HOTPATH_INTERNAL extern PyMethodDef int_handle_functions[];
+HOTPATH_INTERNAL PyObject *track_entry(PyObject *entry);
+
+/* named_allreduce.c: one name's prepared all-reduce, as the NumPy API caches it (see there). */
+#define KEPT_OUTPUTS 2 /* output arrays kept for recycling per request (array_collectives.c, recycled_output) */
+#define INLINE_DIMS 8  /* dims held in the entry itself; more stay in the PreparedRequest's memory */
+typedef struct {
+  PyObject_HEAD
+  hvdlite_request request;          /* a copy of the PreparedRequest's C request; shape points at dims if it fits */
+  PyObject *outputs[KEPT_OUTPUTS];  /* the last outputs, most recent first, or None */
+  PyObject *prepared;               /* the PreparedRequest: the core's token and the memory request points to */
+  int64_t dims[INLINE_DIMS];
+} NamedAllreduce;
+HOTPATH_INTERNAL extern PyTypeObject NamedAllreduceType;
+
 /* request_objects.c: submit_request (a requests.Request filled in C) and its set-up at import. */
 HOTPATH_INTERNAL extern PyMethodDef request_object_functions[];
 HOTPATH_INTERNAL int request_objects_ready(void);
