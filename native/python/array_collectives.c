@@ -21,7 +21,8 @@
 static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set)
                                        -> (prepared, array, its entry in prepared_requests or None) */
 static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's rules, raises for a bad op */
-static PyObject *reduce_ops;        /* ops._REDUCE_OPS: the ops resolve_op returns unchanged when average is None */
+static uint64_t plain_ops;          /* ops._REDUCE_OPS as bits: the ops resolve_op returns unchanged when average
+                                       is None (a bit test instead of a set lookup per tensor) */
 static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
 static PyObject *global_set;        /* process_sets.global_process_set: the default process set */
 static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> its NamedAllreduce (named_allreduce.c) */
@@ -138,13 +139,25 @@ static PyObject *new_output_like(PyArrayObject *like) {
   return output;
 }
 
+/* True when a and b have the same dims (inline: NumPy's PyArray_SAMESHAPE is a call through its API table). */
+static int same_shape(PyArrayObject *a, PyArrayObject *b) {
+  const int ndim = PyArray_NDIM(a);
+  if (ndim != PyArray_NDIM(b)) return 0;
+  const npy_intp *a_dims = PyArray_DIMS(a), *b_dims = PyArray_DIMS(b);
+  for (int i = 0; i < ndim; ++i) {
+    if (a_dims[i] != b_dims[i]) return 0;
+  }
+  return 1;
+}
+
 /* True when kept is an array only its slot holds, of like's type, dtype and shape, that may be written. */
 static int reusable(PyObject *kept, PyArrayObject *like) {
   if (Py_REFCNT(kept) != 1 || !PyArray_CheckExact(kept) || !PyArray_CheckExact((PyObject *)like)) return 0;
   PyArrayObject *array = (PyArrayObject *)kept;
   if (((PyArrayObject_fields *)array)->weakreflist != NULL || !PyArray_CHKFLAGS(array, NPY_ARRAY_OWNDATA) ||
-      !PyArray_ISWRITEABLE(array) || !PyArray_IS_C_CONTIGUOUS(array) || !PyArray_EquivArrTypes(array, like) ||
-      !PyArray_SAMESHAPE(array, like)) {
+      !PyArray_ISWRITEABLE(array) || !PyArray_IS_C_CONTIGUOUS(array) ||
+      !(PyArray_DESCR(array) == PyArray_DESCR(like) || PyArray_EquivArrTypes(array, like)) ||
+      !same_shape(array, like)) {
     return 0;  /* the caller changed its shape, dtype, strides or flags in place, or watches it */
   }
   return 1;
@@ -322,9 +335,9 @@ static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_
   if (average == Py_None && op == Py_None) {
     op = average_op;
   } else {
-    const int plain = average == Py_None ? PySet_Contains(reduce_ops, op) : 0;
-    if (plain < 0) PyErr_Clear();  /* unhashable: resolve_op says what is wrong */
-    if (plain != 1) {
+    const long value = average == Py_None && PyLong_CheckExact(op) ? PyLong_AsLong(op) : -1;
+    if (value == -1) PyErr_Clear();  /* not a plain int: resolve_op decides, and says what is wrong */
+    if (!(value >= 0 && value < 64 && (plain_ops >> value & 1))) {
       PyObject *pair[2] = {op, average};
       resolved = PyObject_Vectorcall(resolve_op, pair, 2, NULL);
       if (resolved == NULL) return NULL;
@@ -394,6 +407,20 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
   if (!PyDict_Check(args[1]) || !PyAnySet_Check(args[5])) {
     return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests must be a dict, reduce_ops a set");
   }
+  uint64_t ops = 0;
+  PyObject *iterator = PyObject_GetIter(args[5]), *op;
+  while (iterator != NULL && (op = PyIter_Next(iterator)) != NULL) {
+    const long value = PyLong_CheckExact(op) ? PyLong_AsLong(op) : -1;
+    Py_DECREF(op);
+    if (value < 0 || value >= 64) {
+      Py_DECREF(iterator);
+      return PyErr_Format(PyExc_TypeError, "configure_arrays: reduce_ops must hold ints from 0 to 63");
+    }
+    ops |= 1ULL << value;
+  }
+  Py_XDECREF(iterator);
+  if (PyErr_Occurred()) return NULL;
+  plain_ops = ops;
   PyArray_Descr *bfloat16 = NULL;
   if (!PyArray_DescrConverter(args[3], &bfloat16)) return NULL;
   bfloat16_type = bfloat16->type_num;
@@ -402,7 +429,6 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
   Py_XSETREF(prepared_requests, Py_NewRef(args[1]));
   Py_XSETREF(require_init, Py_NewRef(args[2]));
   Py_XSETREF(resolve_op, Py_NewRef(args[4]));
-  Py_XSETREF(reduce_ops, Py_NewRef(args[5]));
   Py_XSETREF(average_op, Py_NewRef(args[6]));
   Py_XSETREF(global_set, Py_NewRef(args[7]));
   Py_RETURN_NONE;

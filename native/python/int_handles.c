@@ -61,7 +61,7 @@ PyObject *track_entry(PyObject *entry) {
 
 /* The slot of a pending int handle, or -1 with KeyError (naming the key) set. */
 static int64_t slot_of(PyObject *key) {
-  long long id = PyLong_Check(key) ? PyLong_AsLongLong(key) : -1;
+  long long id = PyLong_Check(key) ? PyLong_AsLong(key) : -1; /* not AsLongLong: slow for two-digit ints */
   if (id == -1 && PyErr_Occurred()) PyErr_Clear();
   const int64_t slot = id & (SLOT_LIMIT - 1);
   if (id < 0 || slot >= slot_count || slots[slot].entry == NULL ||
