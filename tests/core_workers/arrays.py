@@ -147,6 +147,21 @@ def check_int_handles(rank, size):
         check_close(f"arrays.handle.{i}", got, reference("float32", (100 + i,), "sum", size, ("handles", i)),
                     "float32", "")
         expect_error(KeyError, [str(handles[i])], lambda: hvd.synchronize(handles[i]))
+    # The next handle takes the slot synchronize freed (int_handles.c); the old id stays unknown, to both calls.
+    stale, fresh = handles[0], hvd.allreduce_async(xs[0], name="arrays.handle.0", op=hvd.Sum)
+    assert fresh != stale and ops.pending_handles() == 1, (stale, fresh, ops.pending_handles())
+    expect_error(KeyError, [str(stale)], lambda: hvd.synchronize(stale))
+    expect_error(KeyError, [str(stale)], lambda: hvd.poll(stale))
+    check_close("arrays.handle.0", hvd.synchronize(fresh), reference("float32", (100,), "sum", size, ("handles", 0)),
+                "float32", "through a reused slot")
+    for bogus in ("1", -1, 2 ** 70, 1.5, None):
+        expect_error(KeyError, [], lambda: hvd.synchronize(bogus))
+    # More handles pending at once than the table's first size (256): it grows, and every id stays its own.
+    pending = [hvd.allreduce_async(np.full(3, i, np.float32), name=f"arrays.many.{i}", op=hvd.Sum) for i in range(600)]
+    assert len(set(pending)) == 600 and ops.pending_handles() == 600, ops.pending_handles()
+    for i in reversed(range(600)):
+        got = hvd.synchronize(pending[i])
+        check_close(f"arrays.many.{i}", got, np.full(3, float(i * size)), "float32", "600 pending")
     handle = hvd.allreduce_async(xs[0], name="arrays.polled", op=hvd.Sum)
     while not hvd.poll(handle):
         pass
