@@ -46,7 +46,7 @@ static int grow(void) {
 PyObject *track_entry(PyObject *entry) {
   if (free_count == 0) {
     if (grow() != 0) return NULL;
-    slots[slot_count].generation = 0;
+    slots[slot_count] = (Slot){NULL, 0};
     free_slots[free_count++] = slot_count++;
   }
   const int64_t slot = free_slots[free_count - 1];
