@@ -1,7 +1,8 @@
-/* hvdlite._hotpath, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce / synchronize and of
- * grouped_allreduce_async on NumPy arrays, in C.
+/* hvdlite._hotpath, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce and of
+ * grouped_allreduce_async on NumPy arrays, in C (synchronize and poll: int_handles.c).
  *
- * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name. When an
+ * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name, as a
+ * NamedAllreduce (named_allreduce.c). When an
  * array matches its name's request (same dtype, shape, op, scale factors, process set; C-contiguous, native
  * byte order), the call is a dictionary lookup, an output array (recycled, see recycled_output) and one
  * enqueue: no Python runs. Anything else (a new name, another shape, no name, a list, a 0-d or strided array)

@@ -1,5 +1,6 @@
-/* What the two files of hvdlite._hotpath share: the handle type and the calls that make, wait for and release
- * handles (hotpath.c), used by the NumPy collectives (array_collectives.c). Internal to the extension. */
+/* What the files of hvdlite._hotpath share: the handle type and the calls that make, wait for and release
+ * handles (hotpath.c), used by the others (the NumPy collectives, their per-name entries and int handles, the
+ * Request and PreparedRequest paths). Internal to the extension. */
 #pragma once
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
