@@ -29,7 +29,7 @@ static PyObject *global_set;        /* process_sets.global_process_set: the defa
 static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> its NamedAllreduce (named_allreduce.c) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
 static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
-static PyObject *address_attribute, *name_attribute, *set_id_attribute;
+static PyObject *name_attribute, *set_id_attribute;
 
 /* What every member of a call must have been prepared with. */
 typedef struct {
@@ -179,20 +179,15 @@ static PyObject *recycled_output(PyObject **slots, PyArrayObject *like) {
   return Py_NewRef(output);
 }
 
-/* The C request of a PreparedRequest (or the first of a PreparedGroup), or NULL with an error set. */
-static hvdlite_request *request_of(PyObject *prepared) {
-  PyObject *address = PyObject_GetAttr(prepared, address_attribute);
-  if (address == NULL) return NULL;
-  hvdlite_request *request = (hvdlite_request *)PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  if (request == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a prepared request at NULL");
-  return request;
+/* True for a name the caller gave (a non-empty str): only such calls are cached by name. */
+static int is_given_name(PyObject *name) {
+  return PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) > 0;
 }
 
 /* The cached NamedAllreduce of name when tensor matches its request (a new reference), else NULL (with an error
  * set only when something failed, not for a mere miss). */
 static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Signature *signature) {
-  if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return NULL;
+  if (!is_given_name(name)) return NULL;
   PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
   if (found == NULL) return NULL;
   if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
@@ -228,7 +223,7 @@ static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject
   *prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
   *entry = kept == Py_None ? NULL : (NamedAllreduce *)Py_NewRef(kept); /* just cached: its output is kept too */
   Py_DECREF(made);
-  return *entry ? &(*entry)->request : request_of(*prepared);
+  return *entry ? &(*entry)->request : prepared_request_of(*prepared, "allreduce");
 }
 
 /* The all-reduce of one array into a new (or recycled) array of its shape; args are (tensor, name, op,
@@ -253,8 +248,9 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
     array = NULL;
     request = prepared_in_python(args, &array, &entry, &prepared);
   }
-  const int named = PyUnicode_Check(args[1]) && PyUnicode_GET_LENGTH(args[1]) > 0;
-  PyObject *name = request == NULL ? NULL : named ? Py_NewRef(args[1]) : PyObject_GetAttr(prepared, name_attribute);
+  PyObject *name = request == NULL          ? NULL
+                   : is_given_name(args[1]) ? Py_NewRef(args[1])
+                                            : PyObject_GetAttr(prepared, name_attribute);
   PyObject *output = name == NULL ? NULL
                      : entry ? recycled_output(entry->outputs, (PyArrayObject *)array)
                              : PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1);
@@ -474,10 +470,9 @@ int array_collectives_ready(void) {
   if (_import_array() < 0) return -1;
   arena_capsule = PyCapsule_New(&arena_handler, "mem_handler", NULL);
   if (arena_capsule == NULL) return -1;
-  address_attribute = PyUnicode_InternFromString("_address");
   name_attribute = PyUnicode_InternFromString("name");
   set_id_attribute = PyUnicode_InternFromString("process_set_id");
-  if (!address_attribute || !name_attribute || !set_id_attribute) return -1;
+  if (!name_attribute || !set_id_attribute) return -1;
   float_one = PyFloat_FromDouble(1.0);
   if (float_one == NULL) return -1;
   for (int i = 0; i < 7; ++i) {

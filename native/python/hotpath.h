@@ -25,6 +25,9 @@ HOTPATH_INTERNAL extern PyObject *hvdlite_error; /* hvdlite.errors.HvdliteError 
 
 /* The base of requests.PreparedRequest, whose submit and run are C methods (prepared_request.c). */
 HOTPATH_INTERNAL extern PyTypeObject PreparedRequestBaseType;
+/* The filled C request of a PreparedRequest, or NULL with an error naming where (TypeError for another object,
+ * ValueError for one never filled). */
+HOTPATH_INTERNAL const hvdlite_request *prepared_request_of(PyObject *prepared, const char *where);
 
 /* Handle.wait(): 0 once the request succeeded (without the GIL while it is pending), or -1 with its
  * HvdliteError (or the already-released one) raised. */

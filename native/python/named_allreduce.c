@@ -16,13 +16,8 @@
 static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *prepared;
   if (!PyArg_ParseTuple(args, "O!:NamedAllreduce", &PreparedRequestBaseType, &prepared)) return NULL;
-  PyObject *address = PyObject_GetAttrString(prepared, "_address");
-  const hvdlite_request *request = address ? (const hvdlite_request *)PyLong_AsVoidPtr(address) : NULL;
-  Py_XDECREF(address);
-  if (request == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NamedAllreduce: the PreparedRequest was never filled");
-    return NULL;
-  }
+  const hvdlite_request *request = prepared_request_of(prepared, "NamedAllreduce");
+  if (request == NULL) return NULL;
   NamedAllreduce *self = (NamedAllreduce *)type->tp_alloc(type, 0);
   if (self == NULL) return NULL;
   self->request = *request;

@@ -15,15 +15,27 @@ typedef struct {
   PyObject *name;             /* the request's name, for handles and error messages */
 } PreparedRequestBase;
 
+/* The filled C request of self, or NULL with ValueError naming where it was needed. */
+static const hvdlite_request *filled_request(PreparedRequestBase *self, const char *where) {
+  if (self->address != 0 && self->name != NULL) return (const hvdlite_request *)(uintptr_t)self->address;
+  PyErr_Format(PyExc_ValueError, "%s: this PreparedRequest was never filled", where);
+  return NULL;
+}
+
+const hvdlite_request *prepared_request_of(PyObject *prepared, const char *where) {
+  if (!PyObject_TypeCheck(prepared, &PreparedRequestBaseType)) {
+    PyErr_Format(PyExc_TypeError, "%s: expected a PreparedRequest, got %T", where, prepared);
+    return NULL;
+  }
+  return filled_request((PreparedRequestBase *)prepared, where);
+}
+
 /* The prepared request pointed at args[0] (input) and args[1] (output); 0, or -1 with an error set. */
 static int pointed(PreparedRequestBase *self, const char *method, PyObject *const *args, Py_ssize_t nargs,
                    hvdlite_request *request) {
   if (check_arguments(method, nargs, 3) != 0) return -1;
-  if (self->address == 0 || self->name == NULL) {
-    PyErr_Format(PyExc_ValueError, "%s: this PreparedRequest was never filled", method);
-    return -1;
-  }
-  return with_buffers((const hvdlite_request *)(uintptr_t)self->address, args[0], args[1], self->name, request);
+  const hvdlite_request *prepared = filled_request(self, method);
+  return prepared ? with_buffers(prepared, args[0], args[1], self->name, request) : -1;
 }
 
 static PyObject *prepared_submit(PreparedRequestBase *self, PyObject *const *args, Py_ssize_t nargs) {
