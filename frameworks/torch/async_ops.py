@@ -6,6 +6,7 @@ mpi_ops.py builds the differentiable synchronous API on top of them.
 
 import torch
 
+from hvdlite import _hotpath
 from hvdlite import ops as core_ops
 from hvdlite.process_sets import global_process_set
 from hvdlite.requests import Collective, Request, auto_name, submit, submit_group
@@ -62,6 +63,9 @@ def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, proc
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts reducing ``tensor`` over the process set; the input is not modified. Returns a handle."""
+    array = staging.host_array(tensor)
+    if array is not None:  # the NumPy API's C path: named requests are kept, outputs recycled (handles.py)
+        return core_ops.allreduce_async(array, average, name, op, prescale_factor, postscale_factor, process_set)
     op = handle_average_backwards_compatibility(op, average)
     core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
                                     postscale_factor, process_set, in_place=False)
@@ -71,6 +75,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts reducing ``tensor`` in place over the process set. Returns a handle."""
+    array = staging.host_array(tensor)
+    if array is not None:  # reduced where it is; synchronize returns tensor itself
+        return _hotpath.allreduce_in_place_async(tensor, array, average, name, op, prescale_factor,
+                                                 postscale_factor, process_set)
     op = handle_average_backwards_compatibility(op, average)
     core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
                                     postscale_factor, process_set, in_place=True)

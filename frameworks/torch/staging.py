@@ -5,6 +5,8 @@ as it is; any other (non-contiguous, or on a GPU, since this build has no NCCL) 
 contiguous CPU tensor, and results are copied back to where the caller's tensor lives. These copies are the
 only hidden costs of the adapter.
 """
+import ml_dtypes
+import numpy as np
 import torch
 
 _CORE_DTYPES = {
@@ -33,6 +35,25 @@ def core_dtype(tensor):
 def on_host(tensor):
     """True when the core can use the tensor's memory directly: CPU and contiguous."""
     return tensor.device.type == "cpu" and tensor.is_contiguous()
+
+
+def host_array(tensor):
+    """A NumPy array viewing the tensor's memory when the NumPy API's C path can reduce it where it is (a
+    contiguous CPU tensor of at least one dimension, of a type the core reduces), else None."""
+    if not tensor.is_cpu or not tensor.dim() or not tensor.is_contiguous():
+        return None
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if tensor.dtype is torch.bfloat16:  # NumPy's bfloat16 is ml_dtypes'
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy() if tensor.dtype in _CORE_DTYPES else None
+
+
+def tensor_of(array):
+    """The CPU tensor viewing an all-reduce's result array (host_array's way back)."""
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def host_copy(tensor):

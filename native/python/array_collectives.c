@@ -226,10 +226,11 @@ static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject
   return *entry ? &(*entry)->request : prepared_request_of(*prepared, "allreduce");
 }
 
-/* The all-reduce of one array into a new (or recycled) array of its shape; args are (tensor, name, op,
- * prescale_factor, postscale_factor, process_set), op resolved. wait false: enqueued, returns its int handle
- * (see int_handles.c); true: returns the result. */
-static PyObject *allreduce_array(PyObject *const *args, int wait) {
+/* The all-reduce of one array into a new (or recycled) array of its shape, or into the array itself when
+ * in_place_result is given (what synchronize then returns in place of the array: the framework tensor that owns
+ * its memory); args are (tensor, name, op, prescale_factor, postscale_factor, process_set), op resolved. wait
+ * false: enqueued, returns its int handle (see int_handles.c); true: returns the result. */
+static PyObject *allreduce_array(PyObject *const *args, int wait, PyObject *in_place_result) {
   if (!hvdlite_is_initialized()) {
     PyObject *ok = PyObject_CallNoArgs(require_init);  /* raises ValueError */
     if (ok == NULL) return NULL;
@@ -251,20 +252,28 @@ static PyObject *allreduce_array(PyObject *const *args, int wait) {
   PyObject *name = request == NULL          ? NULL
                    : is_given_name(args[1]) ? Py_NewRef(args[1])
                                             : PyObject_GetAttr(prepared, name_attribute);
-  PyObject *output = name == NULL ? NULL
-                     : entry ? recycled_output(entry->outputs, (PyArrayObject *)array)
-                             : PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1);
+  if (name != NULL && in_place_result != NULL && array != args[0]) {
+    /* Python made a contiguous copy: reducing it would leave the caller's memory as it was. */
+    PyErr_Format(PyExc_ValueError, "in-place all-reduce of '%S' needs a C-contiguous array of at least one "
+                 "dimension in native byte order", name);
+    Py_CLEAR(name);
+  }
+  PyObject *output = name == NULL       ? NULL
+                     : in_place_result ? Py_NewRef(array)
+                     : entry           ? recycled_output(entry->outputs, (PyArrayObject *)array)
+                                       : PyArray_NewLikeArray((PyArrayObject *)array, NPY_CORDER, NULL, 1);
+  PyObject *returned = in_place_result ? in_place_result : output;
   if (output != NULL) {
     hvdlite_request filled = *request;
     filled.input = PyArray_DATA((PyArrayObject *)array);
     filled.output = PyArray_DATA((PyArrayObject *)output);
     if (wait) {
-      if (run_and_release(&filled, name) == 0) result = Py_NewRef(output);
+      if (run_and_release(&filled, name) == 0) result = Py_NewRef(returned);
     } else {
-      /* The handle keeps the input, and the output as the result that synchronize returns. */
+      /* The handle keeps the input, and what synchronize returns (the output, which it keeps alive too). */
       PyObject *handle = enqueue(&filled, array, name);
       if (handle != NULL) {
-        ((CoreHandle *)handle)->result = Py_NewRef(output);
+        ((CoreHandle *)handle)->result = Py_NewRef(returned);
         result = track_entry(handle);
         Py_DECREF(handle);
       }
@@ -323,10 +332,10 @@ static int bind_allreduce_arguments(const char *function, PyObject *const *args,
  * resolved (ops.resolve_op only for what is not a plain op), then allreduce_array. No Python frame runs per
  * tensor on the common path. */
 static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                                int wait) {
+                                int wait, PyObject *in_place_result) {
   if (check_configured() != 0) return NULL;
   PyObject *bound[7];
-  if (bind_allreduce_arguments(function, args, PyVectorcall_NARGS(nargs), kwnames, bound) != 0) return NULL;
+  if (bind_allreduce_arguments(function, args, nargs, kwnames, bound) != 0) return NULL;
   PyObject *average = bound[1] ? bound[1] : Py_None, *op = bound[3] ? bound[3] : Py_None;
   PyObject *resolved = NULL;
   if (average == Py_None && op == Py_None) {
@@ -344,17 +353,38 @@ static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_
   PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_set;
   PyObject *call[6] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
                        bound[5] ? bound[5] : float_one, process_set};
-  PyObject *result = allreduce_array(call, wait);
+  PyObject *result = allreduce_array(call, wait, in_place_result);
   Py_XDECREF(resolved);
   return result;
 }
 
 static PyObject *allreduce_async_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
-  return allreduce_call("allreduce_async", args, (Py_ssize_t)nargs, kwnames, 0);
+  return allreduce_call("allreduce_async", args, PyVectorcall_NARGS(nargs), kwnames, 0, NULL);
 }
 
 static PyObject *allreduce_function(PyObject *module, PyObject *const *args, size_t nargs, PyObject *kwnames) {
-  return allreduce_call("allreduce", args, (Py_ssize_t)nargs, kwnames, 1);
+  return allreduce_call("allreduce", args, PyVectorcall_NARGS(nargs), kwnames, 1, NULL);
+}
+
+/* allreduce_in_place[_async](result, tensor, ...): the first argument, then Horovod's all-reduce arguments. */
+static PyObject *in_place_call(const char *function, PyObject *const *args, size_t nargs, PyObject *kwnames,
+                               int wait) {
+  const Py_ssize_t positional = PyVectorcall_NARGS(nargs);
+  if (positional < 2) {
+    return PyErr_Format(PyExc_TypeError, "%s() takes the result and the tensor first (%zd positional given)",
+                        function, positional);
+  }
+  return allreduce_call(function, args + 1, positional - 1, kwnames, wait, args[0]);
+}
+
+static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *const *args, size_t nargs,
+                                                   PyObject *kwnames) {
+  return in_place_call("allreduce_in_place_async", args, nargs, kwnames, 0);
+}
+
+static PyObject *allreduce_in_place_function(PyObject *module, PyObject *const *args, size_t nargs,
+                                             PyObject *kwnames) {
+  return in_place_call("allreduce_in_place", args, nargs, kwnames, 1);
 }
 
 /* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set, kept):
@@ -452,6 +482,15 @@ PyMethodDef array_collective_functions[] = {
     {"allreduce", KEYWORDS(allreduce_function),
      "allreduce" ALLREDUCE_SIGNATURE
      "Reduces tensor over all ranks of the process set; returns a new array (see allreduce_async)."},
+    {"allreduce_in_place_async", KEYWORDS(allreduce_in_place_async_function),
+     "allreduce_in_place_async(result, tensor, average=None, name=None, op=None, prescale_factor=1.0,\n"
+     "                         postscale_factor=1.0, process_set=None)\n--\n\n"
+     "allreduce_async into tensor itself (a C-contiguous array of at least one dimension); synchronize()\n"
+     "returns result, the object that owns the array's memory (a framework tensor viewed as the array)."},
+    {"allreduce_in_place", KEYWORDS(allreduce_in_place_function),
+     "allreduce_in_place(result, tensor, average=None, name=None, op=None, prescale_factor=1.0,\n"
+     "                   postscale_factor=1.0, process_set=None)\n--\n\n"
+     "allreduce_in_place_async and synchronize in one call: reduces tensor in place, returns result."},
     {"point_arrays", FASTCALL(point_arrays),
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,

@@ -129,6 +129,45 @@ def check_allreduce_variants(c):
     c.close(got, reference_reduce(ints, "Sum"), "fp16-compressed int allreduce")
 
 
+def check_allreduce_host_path(c):
+    """Contiguous CPU tensors go through the NumPy API's C path (async_ops.py, handles.py): every dtype in place,
+    a kept result left alone by the next call of its name, a tensor that requires grad, handles shared with the
+    NumPy API."""
+    import hvdlite as hvd_numpy
+    rank, size = hvd.rank(), hvd.size()
+    for dtype in DTYPES:
+        inputs = [make_input(dtype, r, (4, 3), salt=6) for r in range(size)]
+        t = inputs[rank].clone()
+        same = hvd.synchronize(hvd.allreduce_async_(t, name=f"host_.{dtype}", op=hvd.Sum))
+        c.check(f"contiguous allreduce_async_ {dtype} returns the tensor", same is t)
+        c.close(t, reference_reduce(inputs, "Sum"), f"contiguous allreduce_async_ {dtype}", *tolerance(dtype))
+        got = hvd.synchronize(hvd.allreduce_async(inputs[rank], name=f"host.{dtype}", op=hvd.Max))
+        c.check(f"contiguous allreduce_async {dtype} gives a {dtype} tensor",
+                torch.is_tensor(got) and got.dtype == dtype, repr(got))
+        c.close(got, reference_reduce(inputs, "Max"), f"contiguous allreduce_async {dtype}")
+    inputs = [make_input(torch.float32, r, (64,), salt=7) for r in range(size)]
+    want = reference_reduce(inputs, "Sum")
+    first = hvd.allreduce(inputs[rank], name="host.kept", op=hvd.Sum)
+    second = hvd.allreduce(inputs[rank] * 2, name="host.kept", op=hvd.Sum)
+    c.close(first, want, "a kept result after the next call of its name", 1e-5, 1e-5)
+    c.close(second, 2 * want, "the next call's result", 1e-5, 1e-5)
+    c.check("the two results do not share memory", first.data_ptr() != second.data_ptr())
+    w = inputs[rank].clone().requires_grad_(True)
+    c.close(hvd.synchronize(hvd.allreduce_async(w, name="host.grad", op=hvd.Sum)), want,
+            "allreduce_async of a tensor that requires grad", 1e-5, 1e-5)
+    from_numpy = hvd_numpy.allreduce_async(inputs[rank].numpy(), name="host.numpy_api", op=hvd_numpy.Sum)
+    from_torch = hvd.allreduce_async(inputs[rank], name="host.torch_api", op=hvd.Sum)
+    c.check("torch and NumPy handles are distinct", from_numpy != from_torch, f"{from_numpy} {from_torch}")
+    c.close(hvd.synchronize(from_torch), want, "torch handle beside a NumPy one", 1e-5, 1e-5)
+    c.close(hvd_numpy.synchronize(from_numpy), want, "NumPy handle beside a torch one", 1e-5, 1e-5)
+    c.raises("synchronize of a handle already synchronized", ValueError, hvd.synchronize, from_torch)
+    c.raises("poll of an unknown handle", ValueError, hvd.poll, 10 ** 9)
+    from hvdlite import _hotpath
+    strided = torch.zeros(8)
+    c.raises("the C in-place all-reduce refuses a strided array", ValueError, _hotpath.allreduce_in_place_async,
+             strided, strided.numpy()[::2], name="host.strided")
+
+
 def check_grouped_allreduce(c):
     rank, size = hvd.rank(), hvd.size()
     dtypes = [torch.float32, torch.float64, torch.int32, torch.float16]
@@ -345,7 +384,8 @@ def check_basics(c):
 def main():
     hvd.init()
     c = Checks()
-    for section in (check_basics, check_allreduce, check_allreduce_variants, check_grouped_allreduce,
+    for section in (check_basics, check_allreduce, check_allreduce_variants, check_allreduce_host_path,
+                    check_grouped_allreduce,
                     check_allgather, check_broadcast, check_alltoall, check_reducescatter, check_errors,
                     check_process_sets_join_objects):
         c.run(section)
