@@ -7,7 +7,8 @@ total bytes, and against the same N tensors with fusion disabled.
 (`hvd.allreduce_async`, or the pointer-level `PreparedRequest.submit` that the torch optimizer uses), then all are
 synchronized; the background thread negotiates and fuses them into as few all-reduces as the fusion threshold
 allows. "grouped" submits the same N all-reduces in one call (`hvd.grouped_allreduce_async`, or the pointer-level
-`PreparedGroup`, filled once and submitted every step): the per-tensor Python calls go. "grouped_views" does so
+`PreparedGroup`, filled once and submitted every step): the per-tensor Python calls go. The torch rows make the
+same calls through `hvdlite.torch` on CPU tensors (no target: shown for the cost of torch's tensor-to-array view). "grouped_views" does so
 with N views of one array that starts 8 bytes past a page, into views of another such array: every tensor lies
 8 bytes off its place in the page-aligned staging buffer, the distance at which glibc's memcpy (rep movsb, on
 AMD) ran 13-20x slower before the core copied tensors with vectors (3.29x one all-reduce then, 1.27x after).
@@ -61,6 +62,24 @@ def methods_for(count, elements, fused):
         for h in handles:
             hvd.synchronize(h)
 
+    # The same through hvdlite.torch, as a training loop of Horovod's torch API reduces each gradient: CPU tensors
+    # (zeros, so that reducing them in place step after step keeps them finite).
+    import torch
+    import hvdlite.torch as hvd_torch
+    tensors = [torch.zeros(elements) for _ in range(count)]
+    torch_names = [f"fusion.torch.{i}" for i in range(count)]
+
+    def many_torch():
+        handles = [hvd_torch.allreduce_async(t, name=name, op=hvd_torch.Sum) for name, t in zip(torch_names, tensors)]
+        for h in handles:
+            hvd_torch.synchronize(h)
+
+    def many_torch_in_place():
+        handles = [hvd_torch.allreduce_async_(t, name=name, op=hvd_torch.Sum)
+                   for name, t in zip(torch_names, tensors)]
+        for h in handles:
+            hvd_torch.synchronize(h)
+
     prepared = PreparedGroup(requests)
     def views_past_a_page():  # count views of one array that starts 8 bytes past a page
         page_floats = 1024
@@ -102,7 +121,8 @@ def methods_for(count, elements, fused):
     if fused and not all(np.array_equal(o, e) for o, e in zip(grouped_numpy(), expected)):
         raise SystemExit("fusion: wrong all-reduce result (grouped_numpy)")
     if fused:
-        return {"many": many, "many_numpy": many_numpy, "grouped": grouped, "grouped_numpy": grouped_numpy,
+        return {"many": many, "many_numpy": many_numpy, "many_torch": many_torch,
+                "many_torch_in_place": many_torch_in_place, "grouped": grouped, "grouped_numpy": grouped_numpy,
                 "grouped_views": grouped_views, "one": one,
                 "mpi_one": lambda: COMM.Allreduce(big, mpi_out, MPI.SUM)}
     return {"many_unfused": many, "one": one}
@@ -112,12 +132,15 @@ def plot(result, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    labels = ["one all-reduce\n(same bytes)", "N async,\nfused", "N async, fused\n(numpy API)", "N grouped,\nfused",
+    labels = ["one all-reduce\n(same bytes)", "N async,\nfused", "N async, fused\n(numpy API)", "N async, fused\n(torch)",
+              "N async, fused\n(torch, in place)", "N grouped,\nfused",
               "N grouped, fused\n(numpy API)", "N grouped, views\n8 B past a page", "N async,\nfusion off", "MPI_Allreduce\n(same bytes)"]
-    keys = ["one", "many", "many_numpy", "grouped", "grouped_numpy", "grouped_views", "many_unfused", "mpi_one"]
+    keys = ["one", "many", "many_numpy", "many_torch", "many_torch_in_place", "grouped", "grouped_numpy",
+            "grouped_views", "many_unfused", "mpi_one"]
     values = [result["times_ms"][k] for k in keys]
-    fig, ax = plt.subplots(figsize=(10, 4))
-    ax.bar(labels, values, color=["#777", "#1f77b4", "#6baed6", "#2ca02c", "#98df8a", "#bcbd22", "#d62728", "#aaa"])
+    fig, ax = plt.subplots(figsize=(12, 4))
+    ax.bar(labels, values, color=["#777", "#1f77b4", "#6baed6", "#9467bd", "#c5b0d5", "#2ca02c", "#98df8a", "#bcbd22",
+                                  "#d62728", "#aaa"])
     ax.tick_params(axis="x", labelsize=8)
     ax.set_ylabel("ms (median)")
     ranks = result.get("machine", {}).get("ranks", common.size())
@@ -154,6 +177,8 @@ def main():
     ratios = {
         "many_vs_one": median_ratio(fused["many"], fused["one"]),
         "many_numpy_vs_one": median_ratio(fused["many_numpy"], fused["one"]),
+        "many_torch_vs_one": median_ratio(fused["many_torch"], fused["one"]),
+        "many_torch_in_place_vs_one": median_ratio(fused["many_torch_in_place"], fused["one"]),
         "grouped_vs_one": median_ratio(fused["grouped"], fused["one"]),
         "grouped_numpy_vs_one": median_ratio(fused["grouped_numpy"], fused["one"]),
         "grouped_views_vs_one": median_ratio(fused["grouped_views"], fused["one"]),
@@ -172,6 +197,10 @@ def main():
     rows = [["one all-reduce of the same bytes", f"{times['one']:.2f}", "1.00"],
             ["N async, fused (pointer-level submit)", f"{times['many']:.2f}", f"{ratios['many_vs_one']:.2f}"],
             ["N async, fused (numpy API)", f"{times['many_numpy']:.2f}", f"{ratios['many_numpy_vs_one']:.2f}"],
+            ["N async, fused (hvdlite.torch allreduce_async)", f"{times['many_torch']:.2f}",
+             f"{ratios['many_torch_vs_one']:.2f}"],
+            ["N async, fused (hvdlite.torch allreduce_async_, in place)", f"{times['many_torch_in_place']:.2f}",
+             f"{ratios['many_torch_in_place_vs_one']:.2f}"],
             ["N in one call, fused (pointer-level PreparedGroup)", f"{times['grouped']:.2f}",
              f"{ratios['grouped_vs_one']:.2f}"],
             ["N in one call, fused (hvd.grouped_allreduce_async)", f"{times['grouped_numpy']:.2f}",
