@@ -366,25 +366,17 @@ static PyObject *allreduce_function(PyObject *module, PyObject *const *args, siz
   return allreduce_call("allreduce", args, PyVectorcall_NARGS(nargs), kwnames, 1, NULL);
 }
 
-/* allreduce_in_place[_async](result, tensor, ...): the first argument, then Horovod's all-reduce arguments. */
-static PyObject *in_place_call(const char *function, PyObject *const *args, size_t nargs, PyObject *kwnames,
-                               int wait) {
-  const Py_ssize_t positional = PyVectorcall_NARGS(nargs);
-  if (positional < 2) {
-    return PyErr_Format(PyExc_TypeError, "%s() takes the result and the tensor first (%zd positional given)",
-                        function, positional);
-  }
-  return allreduce_call(function, args + 1, positional - 1, kwnames, wait, args[0]);
-}
-
+/* allreduce_in_place_async(result, tensor, ...): result, then Horovod's all-reduce arguments (the torch adapter's
+ * allreduce_async_ of a contiguous CPU tensor, viewed as the array). */
 static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *const *args, size_t nargs,
                                                    PyObject *kwnames) {
-  return in_place_call("allreduce_in_place_async", args, nargs, kwnames, 0);
-}
-
-static PyObject *allreduce_in_place_function(PyObject *module, PyObject *const *args, size_t nargs,
-                                             PyObject *kwnames) {
-  return in_place_call("allreduce_in_place", args, nargs, kwnames, 1);
+  const Py_ssize_t positional = PyVectorcall_NARGS(nargs);
+  if (positional < 2) {
+    return PyErr_Format(PyExc_TypeError,
+                        "allreduce_in_place_async() takes the result and the tensor first (%zd positional given)",
+                        positional);
+  }
+  return allreduce_call("allreduce_in_place_async", args + 1, positional - 1, kwnames, 0, args[0]);
 }
 
 /* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set, kept):
@@ -487,10 +479,6 @@ PyMethodDef array_collective_functions[] = {
      "                         postscale_factor=1.0, process_set=None)\n--\n\n"
      "allreduce_async into tensor itself (a C-contiguous array of at least one dimension); synchronize()\n"
      "returns result, the object that owns the array's memory (a framework tensor viewed as the array)."},
-    {"allreduce_in_place", KEYWORDS(allreduce_in_place_function),
-     "allreduce_in_place(result, tensor, average=None, name=None, op=None, prescale_factor=1.0,\n"
-     "                   postscale_factor=1.0, process_set=None)\n--\n\n"
-     "allreduce_in_place_async and synchronize in one call: reduces tensor in place, returns result."},
     {"point_arrays", FASTCALL(point_arrays),
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
