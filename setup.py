@@ -214,7 +214,8 @@ HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c", "nat
                                                       "native/python/prepared_request.c",
                                                       "native/python/output_arena.c",
                                                       "native/python/int_handles.c",
-                                                      "native/python/named_allreduce.c"],
+                                                      "native/python/named_allreduce.c",
+                                                      "native/python/torch_tensors.c"],
                     include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
                     depends=["native/python/hotpath.h", "native/python/output_arena.h", "native/include/hvdlite.h"],
                     extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])

@@ -5,14 +5,27 @@ never share a number. A CPU tensor's all-reduce goes through the NumPy API's C p
 handle holds the result array, made a tensor here. Any other operation may stand for several core handles (a
 grouped operation, a GPU tensor staged on the host): an _Operation, which turns the finished core handles into
 the user's result (copy out, copy back to a GPU, ...). The tensors the core reads and writes are kept alive by
-the core handles' keepalive until they are released.
+the core handles' keepalive until they are released. ``synchronize`` runs in C (``in_c``), its Python twin below
+for anything else.
 """
+import functools
+
 import numpy as np
+import torch
 
 from hvdlite import _hotpath
-from hvdlite.requests import release_all, wait_all
+from hvdlite.requests import DTYPES, release_all, wait_all
 
 from . import staging
+
+_hotpath.configure_torch(torch.Tensor, {dtype: DTYPES[name] for dtype, name in staging.CORE_DTYPES.items()},
+                         staging.tensor_of, torch.from_numpy)
+
+
+def in_c(kind, python):
+    """The C version of ``python`` (native/python/torch_tensors.c: allreduce_async, allreduce_async_ or
+    synchronize), which hands ``python`` whatever it does not do itself, under python's name, doc and signature."""
+    return functools.update_wrapper(_hotpath.TorchCall(kind, python), python)
 
 
 class _Operation:
@@ -64,6 +77,9 @@ def synchronize(handle):
     except KeyError as error:
         raise _unknown(handle, error) from None
     return staging.tensor_of(result) if type(result) is np.ndarray else result
+
+
+synchronize = in_c("synchronize", synchronize)
 
 
 def in_flight():

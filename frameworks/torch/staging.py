@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
-_CORE_DTYPES = {
+CORE_DTYPES = {
     torch.uint8: "uint8",
     torch.int8: "int8",
     torch.int16: "int16",
@@ -26,10 +26,10 @@ _CORE_DTYPES = {
 def core_dtype(tensor):
     """The core's name for the tensor's dtype; ValueError for types the core does not reduce."""
     try:
-        return _CORE_DTYPES[tensor.dtype]
+        return CORE_DTYPES[tensor.dtype]
     except KeyError:
         raise ValueError(f"Tensor type {tensor.dtype} is not supported by hvdlite; supported: "
-                         f"{', '.join(str(d) for d in _CORE_DTYPES)}.") from None
+                         f"{', '.join(str(d) for d in CORE_DTYPES)}.") from None
 
 
 def on_host(tensor):
@@ -46,7 +46,7 @@ def host_array(tensor):
         tensor = tensor.detach()
     if tensor.dtype is torch.bfloat16:  # NumPy's bfloat16 is ml_dtypes'
         return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.numpy() if tensor.dtype in _CORE_DTYPES else None
+    return tensor.numpy() if tensor.dtype in CORE_DTYPES else None
 
 
 def tensor_of(array):

@@ -65,6 +65,41 @@ PyObject *core_output_array(CoreHandle *handle) {
   return array;
 }
 
+PyObject *array_viewing(void *data, int ndim, const int64_t *dims, int dtype, PyObject *base) {
+  int type = -1;
+  switch (dtype) {
+    case HVDLITE_BOOL: type = NPY_BOOL; break;
+    case HVDLITE_UINT8: type = NPY_UBYTE; break;
+    case HVDLITE_INT8: type = NPY_BYTE; break;
+    case HVDLITE_INT16: type = NPY_SHORT; break;
+    case HVDLITE_INT32: type = NPY_INT32; break;
+    case HVDLITE_INT64: type = NPY_INT64; break;
+    case HVDLITE_FLOAT16: type = NPY_HALF; break;
+    case HVDLITE_BFLOAT16: type = bfloat16_type; break;
+    case HVDLITE_FLOAT32: type = NPY_FLOAT; break;
+    case HVDLITE_FLOAT64: type = NPY_DOUBLE; break;
+  }
+  if (type < 0 || ndim < 1 || ndim > NPY_MAXDIMS) {
+    return PyErr_Format(PyExc_ValueError, "cannot view dtype %d, %d dimensions, as an array", dtype, ndim);
+  }
+  npy_intp shape[NPY_MAXDIMS];
+  for (int i = 0; i < ndim; ++i) shape[i] = (npy_intp)dims[i];
+  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(type), ndim, shape, NULL, data,
+                                         NPY_ARRAY_CARRAY, NULL);
+  if (array == NULL) return NULL;
+  if (PyArray_SetBaseObject((PyArrayObject *)array, Py_NewRef(base)) != 0) {  /* steals base, even on failure */
+    Py_DECREF(array);
+    return NULL;
+  }
+  return array;
+}
+
+int is_array(PyObject *object, int *bfloat16) {
+  if (!PyArray_Check(object)) return 0;
+  *bfloat16 = PyArray_TYPE((PyArrayObject *)object) == bfloat16_type;
+  return 1;
+}
+
 /* The signature of (op, prescale, postscale, process_set) arguments; 0 when one is not what a prepared request
  * holds (not a number, a process set not added): then Python decides, and raises what it must. */
 static int signature_of(PyObject *const *args, Signature *signature) {
@@ -331,8 +366,8 @@ static int bind_allreduce_arguments(const char *function, PyObject *const *args,
 /* hvd.allreduce_async and hvd.allreduce themselves, with Horovod's signature: the arguments bound and the op
  * resolved (ops.resolve_op only for what is not a plain op), then allreduce_array. No Python frame runs per
  * tensor on the common path. */
-static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                                int wait, PyObject *in_place_result) {
+PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int wait,
+                         PyObject *in_place_result) {
   if (check_configured() != 0) return NULL;
   PyObject *bound[7];
   if (bind_allreduce_arguments(function, args, nargs, kwnames, bound) != 0) return NULL;

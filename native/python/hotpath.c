@@ -543,7 +543,7 @@ static struct PyModuleDef hotpath_module = {
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
   if (PyType_Ready(&CoreHandleType) < 0 || PyType_Ready(&PreparedRequestBaseType) < 0 ||
-      PyType_Ready(&NamedAllreduceType) < 0) {
+      PyType_Ready(&NamedAllreduceType) < 0 || PyType_Ready(&TorchCallType) < 0) {
     return NULL;
   }
   PyObject *errors = PyImport_ImportModule("hvdlite.errors");
@@ -558,12 +558,13 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   if (module == NULL) return NULL;
   if (PyModule_AddFunctions(module, array_collective_functions) != 0 ||
       PyModule_AddFunctions(module, request_object_functions) != 0 ||
-      PyModule_AddFunctions(module, int_handle_functions) != 0 || array_collectives_constants(module) != 0) {
+      PyModule_AddFunctions(module, int_handle_functions) != 0 ||
+      PyModule_AddFunctions(module, torch_tensor_functions) != 0 || array_collectives_constants(module) != 0) {
     Py_DECREF(module);
     return NULL;
   }
   if (PyModule_AddType(module, &CoreHandleType) < 0 || PyModule_AddType(module, &PreparedRequestBaseType) < 0 ||
-      PyModule_AddType(module, &NamedAllreduceType) < 0) {
+      PyModule_AddType(module, &NamedAllreduceType) < 0 || PyModule_AddType(module, &TorchCallType) < 0) {
     Py_DECREF(module);
     return NULL;
   }

@@ -64,11 +64,29 @@ HOTPATH_INTERNAL int array_collectives_constants(PyObject *module); /* 0, or -1 
 HOTPATH_INTERNAL PyObject *core_output_array(CoreHandle *handle);
 /* A ProcessSet's process_set_id, or -1 with no error set when it has none (not added to hvdlite yet). */
 HOTPATH_INTERNAL int process_set_id_of(PyObject *process_set);
+/* A C-contiguous, writeable array of dims viewing data, of the core's dtype, that keeps base alive (a new
+ * reference), or NULL with an error set. */
+HOTPATH_INTERNAL PyObject *array_viewing(void *data, int ndim, const int64_t *dims, int dtype, PyObject *base);
+/* 1 when object is a NumPy array (*bfloat16 then says whether of ml_dtypes' bfloat16), else 0. */
+HOTPATH_INTERNAL int is_array(PyObject *object, int *bfloat16);
+/* hvd.allreduce_async (wait 0) / allreduce (wait 1) with Horovod's arguments as given (vectorcall: nargs
+ * positional, then the values of kwnames); function names the caller in errors; in_place_result, when given,
+ * reduces into the tensor argument itself and is what synchronize returns. */
+HOTPATH_INTERNAL PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames, int wait, PyObject *in_place_result);
 
 /* int_handles.c: the int handles of the NumPy API (track, synchronize, poll). track_entry files entry (a Handle
  * holding its result, or a (handle, result) tuple) under a new int handle and returns it, or NULL with an error. */
 HOTPATH_INTERNAL extern PyMethodDef int_handle_functions[];
 HOTPATH_INTERNAL PyObject *track_entry(PyObject *entry);
+/* hvd.synchronize(handle_id) (a new reference), or NULL with its error; *unknown says whether that error is
+ * the handle being unknown (never returned, or synchronized already). */
+HOTPATH_INTERNAL PyObject *synchronize_int_handle(PyObject *key, int *unknown);
+
+/* torch_tensors.c: hvdlite.torch's allreduce_async, allreduce_async_ and synchronize in C (TorchCall), and
+ * configure_torch. */
+HOTPATH_INTERNAL extern PyMethodDef torch_tensor_functions[];
+HOTPATH_INTERNAL extern PyTypeObject TorchCallType;
 
 /* named_allreduce.c: one name's prepared all-reduce, as the NumPy API caches it (see there). */
 #define KEPT_OUTPUTS 2 /* output arrays kept for recycling per request (array_collectives.c, recycled_output) */

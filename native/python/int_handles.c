@@ -111,10 +111,11 @@ static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs
   return key;
 }
 
-/* synchronize(handle_id): waits for the request behind an int handle, forgets the handle and returns the
- * result; raises KeyError for an unknown handle and HvdliteError when the collective failed. */
-static PyObject *synchronize(PyObject *module, PyObject *key) {
+/* Waits for the request behind an int handle, forgets the handle and returns the result; raises KeyError for an
+ * unknown handle and HvdliteError when the collective failed. */
+PyObject *synchronize_int_handle(PyObject *key, int *unknown) {
   PyObject *entry = take_entry(key);
+  *unknown = entry == NULL;
   if (entry == NULL) return NULL;
   PyObject *handle = handle_of(entry);
   const int is_core_handle = PyObject_TypeCheck(handle, &CoreHandleType);
@@ -143,6 +144,12 @@ static PyObject *synchronize(PyObject *module, PyObject *key) {
   }
   Py_DECREF(entry);
   return value;
+}
+
+/* synchronize(handle_id): hvd.synchronize of the NumPy API. */
+static PyObject *synchronize(PyObject *module, PyObject *key) {
+  int unknown;
+  return synchronize_int_handle(key, &unknown);
 }
 
 /* poll(handle_id): True when the request behind an int handle has finished; KeyError for an unknown handle. */

@@ -168,6 +168,53 @@ def check_allreduce_host_path(c):
              strided, strided.numpy()[::2], name="host.strided")
 
 
+def check_allreduce_tensor_views(c):
+    """What the C functions (native/python/torch_tensors.c) read of a tensor: its offset into its storage, a
+    Parameter, a temporary the caller drops at once; and the tensors they hand to the Python twin (strided, 0-d,
+    empty, passed by keyword), each checked against a float64 reduction of every rank's input."""
+    import gc
+    rank, size = hvd.rank(), hvd.size()
+    bases = [make_input(torch.float64, r, (6, 5), salt=11) for r in range(size)]
+    mine = bases[rank].clone()
+    rows = mine[2:4]  # contiguous, 10 elements past the start of its storage
+    c.check("the slice is contiguous with an offset", rows.is_contiguous() and rows.storage_offset() == 10)
+    same = hvd.synchronize(hvd.allreduce_async_(rows, name="view.rows_", op=hvd.Sum))
+    c.check("in place into a slice returns the slice", same is rows)
+    c.close(mine[2:4], reference_reduce([b[2:4] for b in bases], "Sum"), "in place into rows 2-3 of a tensor")
+    c.close(mine[:2], bases[rank][:2].numpy(), "rows before the slice untouched")
+    c.close(mine[4:], bases[rank][4:].numpy(), "rows after the slice untouched")
+    tail = bases[rank].view(-1)[7:19]
+    c.close(hvd.synchronize(hvd.allreduce_async(tail, name="view.tail", op=hvd.Max)),
+            reference_reduce([b.view(-1)[7:19] for b in bases], "Max"), "allreduce_async of a 1-D slice at offset 7")
+    weight = torch.nn.Parameter(bases[rank].clone())
+    c.check("a Parameter in place returns it", hvd.synchronize(hvd.allreduce_async_(
+        weight, name="view.parameter", op=hvd.Sum)) is weight)
+    c.close(weight.detach(), reference_reduce(bases, "Sum"), "allreduce_async_ of a Parameter")
+    handle = hvd.allreduce_async(bases[rank] * 3, name="view.temporary", op=hvd.Sum)
+    gc.collect()
+    [torch.full((6, 5), -1.0, dtype=torch.float64) for _ in range(8)]  # memory freed too early would be reused
+    c.close(hvd.synchronize(handle), reference_reduce([b * 3 for b in bases], "Sum"), "allreduce_async of a dropped temporary",
+            1e-12, 1e-12)
+    strided = bases[rank].clone()[:, ::2]
+    c.check("a strided tensor", not strided.is_contiguous())
+    want = reference_reduce([b[:, ::2] for b in bases], "Sum")
+    c.close(hvd.synchronize(hvd.allreduce_async(strided, name="view.strided", op=hvd.Sum)), want,
+            "allreduce_async of a strided tensor (Python path)")
+    c.check("in place into a strided tensor returns it",
+            hvd.synchronize(hvd.allreduce_async_(strided, name="view.strided_", op=hvd.Sum)) is strided)
+    c.close(strided, want, "allreduce_async_ of a strided tensor (Python path)")
+    scalars = [torch.tensor(float(r + 1.5), dtype=torch.float64) for r in range(size)]
+    got = hvd.synchronize(hvd.allreduce_async(scalars[rank], name="view.scalar", op=hvd.Sum))
+    c.check("a 0-d result stays 0-d", got.dim() == 0, str(got.shape))
+    c.close(got, reference_reduce(scalars, "Sum"), "allreduce_async of a 0-d tensor (Python path)")
+    empty = torch.zeros(0, 3)
+    c.check("an empty tensor", tuple(hvd.synchronize(hvd.allreduce_async(empty, name="view.empty"))
+                                     .shape) == (0, 3))
+    c.close(hvd.synchronize(hvd.allreduce_async(tensor=bases[rank], name="view.keyword", op=hvd.Sum)),
+            reference_reduce(bases, "Sum"), "tensor passed by keyword (Python twin)")
+    c.check("allreduce_async is named as Horovod's", hvd.allreduce_async.__name__ == "allreduce_async")
+
+
 def check_grouped_allreduce(c):
     rank, size = hvd.rank(), hvd.size()
     dtypes = [torch.float32, torch.float64, torch.int32, torch.float16]
@@ -385,7 +432,7 @@ def main():
     hvd.init()
     c = Checks()
     for section in (check_basics, check_allreduce, check_allreduce_variants, check_allreduce_host_path,
-                    check_grouped_allreduce,
+                    check_allreduce_tensor_views, check_grouped_allreduce,
                     check_allgather, check_broadcast, check_alltoall, check_reducescatter, check_errors,
                     check_process_sets_join_objects):
         c.run(section)
