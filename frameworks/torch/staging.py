@@ -37,20 +37,8 @@ def on_host(tensor):
     return tensor.is_cpu and tensor.is_contiguous()  # is_cpu: 0.05 us a call, device.type 0.33
 
 
-def host_array(tensor):
-    """A NumPy array viewing the tensor's memory when the NumPy API's C path can reduce it where it is (a
-    contiguous CPU tensor of at least one dimension, of a type the core reduces), else None."""
-    if not tensor.dim() or not on_host(tensor):
-        return None
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if tensor.dtype is torch.bfloat16:  # NumPy's bfloat16 is ml_dtypes'
-        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.numpy() if tensor.dtype in CORE_DTYPES else None
-
-
 def tensor_of(array):
-    """The CPU tensor viewing an all-reduce's result array (host_array's way back)."""
+    """The CPU tensor viewing an all-reduce's result array (bfloat16 as ml_dtypes' in NumPy)."""
     if array.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)

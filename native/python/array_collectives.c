@@ -401,8 +401,8 @@ static PyObject *allreduce_function(PyObject *module, PyObject *const *args, siz
   return allreduce_call("allreduce", args, PyVectorcall_NARGS(nargs), kwnames, 1, NULL);
 }
 
-/* allreduce_in_place_async(result, tensor, ...): result, then Horovod's all-reduce arguments (the torch adapter's
- * allreduce_async_ of a contiguous CPU tensor, viewed as the array). */
+/* allreduce_in_place_async(result, tensor, ...): result, then Horovod's all-reduce arguments; the array-level form
+ * of what torch_tensors.c does for allreduce_async_ (which calls allreduce_call itself). */
 static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *const *args, size_t nargs,
                                                    PyObject *kwnames) {
   const Py_ssize_t positional = PyVectorcall_NARGS(nargs);

@@ -5,8 +5,8 @@
  * ~0.05 us each) and its memory viewed as a NumPy array made here, whose base is the tensor; the NumPy API's
  * all-reduce (array_collectives.c) does the rest: the name's prepared request, a recycled output, or the tensor
  * itself in place. tensor.numpy() made the same view in 0.65 us, and the Python wrappers around it cost as much
- * again. Any other tensor (on a GPU, strided, 0-d or empty, of a dtype the core does not reduce, or passed by
- * keyword) goes to the function's Python twin, with the arguments as given.
+ * again. Any other tensor (on a GPU, strided, 0-d or empty, of a dtype the core does not reduce) goes to the
+ * function's Python twin, with the arguments as given, which stages it through host memory.
  */
 #include "hotpath.h"
 
@@ -88,7 +88,11 @@ typedef struct {
 static PyObject *torch_allreduce(TorchCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   const Py_ssize_t given = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-  PyObject *view = nargs >= 1 && given <= MAX_ARGUMENTS ? host_view(args[0]) : Py_NewRef(Py_None);
+  Py_ssize_t at = nargs >= 1 ? 0 : -1;  /* where the tensor is among args: first, or the value of tensor= */
+  for (Py_ssize_t k = 0; at < 0 && k < given - nargs; ++k) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "tensor") == 0) at = nargs + k;
+  }
+  PyObject *view = at >= 0 && given <= MAX_ARGUMENTS ? host_view(args[at]) : Py_NewRef(Py_None);
   if (view == NULL) return NULL;
   if (view == Py_None) {
     Py_DECREF(view);
@@ -96,9 +100,9 @@ static PyObject *torch_allreduce(TorchCall *self, PyObject *const *args, size_t 
   }
   PyObject *call[MAX_ARGUMENTS];
   for (Py_ssize_t i = 0; i < given; ++i) call[i] = args[i];
-  call[0] = view;
+  call[at] = view;
   const int in_place = self->kind == ALLREDUCE_ASYNC_IN_PLACE;
-  PyObject *handle = allreduce_call(call_names[self->kind], call, nargs, kwnames, 0, in_place ? args[0] : NULL);
+  PyObject *handle = allreduce_call(call_names[self->kind], call, nargs, kwnames, 0, in_place ? args[at] : NULL);
   Py_DECREF(view);
   return handle;
 }
@@ -106,7 +110,9 @@ static PyObject *torch_allreduce(TorchCall *self, PyObject *const *args, size_t 
 /* synchronize(handle) of hvdlite.torch: the int handle's result, a result array made a tensor; ValueError for a
  * handle never returned or synchronized already, the collective's error when it failed. */
 static PyObject *torch_synchronize(TorchCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-  if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) return PyObject_Vectorcall(self->python, args, nargsf, kwnames);
+  if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+    return PyObject_Vectorcall(self->python, args, nargsf, kwnames);
+  }
   int unknown = 0;
   PyObject *result = synchronize_int_handle(args[0], &unknown);
   if (result == NULL) {

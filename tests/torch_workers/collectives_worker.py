@@ -171,7 +171,7 @@ def check_allreduce_host_path(c):
 def check_allreduce_tensor_views(c):
     """What the C functions (native/python/torch_tensors.c) read of a tensor: its offset into its storage, a
     Parameter, a temporary the caller drops at once; and the tensors they hand to the Python twin (strided, 0-d,
-    empty, passed by keyword), each checked against a float64 reduction of every rank's input."""
+    empty); a tensor passed by keyword: each checked against a float64 reduction of every rank's input."""
     import gc
     rank, size = hvd.rank(), hvd.size()
     bases = [make_input(torch.float64, r, (6, 5), salt=11) for r in range(size)]
@@ -211,7 +211,7 @@ def check_allreduce_tensor_views(c):
     c.check("an empty tensor", tuple(hvd.synchronize(hvd.allreduce_async(empty, name="view.empty"))
                                      .shape) == (0, 3))
     c.close(hvd.synchronize(hvd.allreduce_async(tensor=bases[rank], name="view.keyword", op=hvd.Sum)),
-            reference_reduce(bases, "Sum"), "tensor passed by keyword (Python twin)")
+            reference_reduce(bases, "Sum"), "tensor passed by keyword")
     c.check("allreduce_async is named as Horovod's", hvd.allreduce_async.__name__ == "allreduce_async")
 
 
