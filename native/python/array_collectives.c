@@ -419,7 +419,7 @@ static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *c
  * recycled from kept (a list of count * KEPT_OUTPUTS slots, see recycled_output); returns the outputs, or None
  * (nothing pointed that matters) when an array does not match its request. */
 static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 8) return PyErr_Format(PyExc_TypeError, "point_arrays takes 8 arguments (%zd given)", nargs);
+  if (check_arguments("point_arrays", nargs, 8) != 0) return NULL;
   hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
   const Py_ssize_t count = PyLong_AsSsize_t(args[1]);
   if (PyErr_Occurred()) return NULL;
@@ -457,7 +457,7 @@ static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_
 /* configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,
  * global_process_set): what ops.py lends. */
 static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 8) return PyErr_Format(PyExc_TypeError, "configure_arrays takes 8 arguments (%zd given)", nargs);
+  if (check_arguments("configure_arrays", nargs, 8) != 0) return NULL;
   if (!PyDict_Check(args[1]) || !PyAnySet_Check(args[5])) {
     return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests must be a dict, reduce_ops a set");
   }
