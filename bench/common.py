@@ -34,6 +34,28 @@ def relaunch_under_mpiexec(nranks=2):
     sys.exit(subprocess.call(command, env=env))
 
 
+def separate_launches(script, count, options):
+    """Runs `python script --launches 1 OPTIONS` count times, one after the other (each relaunches itself under
+    mpiexec, so each is a job of its own), and returns the results each wrote."""
+    import tempfile
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hvdlite-bench-") as folder:
+        for launch in range(count):
+            path = os.path.join(folder, f"launch{launch}.json")
+            print(f"launch {launch + 1} of {count}", flush=True)
+            code = subprocess.call([sys.executable, script, "--launches", "1", "--json", path, *options])
+            if code != 0:
+                raise SystemExit(f"{os.path.basename(script)}: launch {launch + 1} of {count} failed (exit {code})")
+            with open(path) as f:
+                results.append(json.load(f))
+    return results
+
+
+def this_command():
+    """How this script was started, paths relative to the repository."""
+    return " ".join(["python", *_relative_argv()])
+
+
 def launch_binding(mpiexec, nranks):
     """mpiexec options binding the ranks as hvdliterun does by default (--bind-to auto): every method compared
     runs in the same bound processes."""
