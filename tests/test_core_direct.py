@@ -20,6 +20,12 @@ def test_direct_allreduce_matches_float64_reference(nranks):
     assert_ran_ok(run_mpi(nranks, WORKER, env=env), nranks)
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "ring"])
+def test_views_of_one_buffer_reduce_as_runs(algorithm):
+    env = dict(WORKER_ENV, HVDLITE_ALLREDUCE_ALGORITHM=algorithm)
+    assert_ran_ok(run_mpi(3, WORKER, "views", env=env), 3)
+
+
 def test_auto_reduces_large_messages_directly_and_small_ones_through_mpi(tmp_path):
     trace = tmp_path / "trace.json"
     script = tmp_path / "job.py"

@@ -2,12 +2,15 @@
 reference, where its own code paths are: a fused batch of more tensors than one system call takes
 (IOV_MAX), split across ranks in the middle of tensors, half of them in place; one tensor larger than a
 read chunk, in place, staged (up to 4 MiB) or read in place (above); half-precision types and every op;
-results bitwise equal on all ranks. A shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
+results bitwise equal on all ranks; views of one array into views of another, which the core streams as
+runs. A shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
 on every rank with its reason, and the next batch works.
 
 Run under mpiexec with HVDLITE_ALLREDUCE_ALGORITHM=direct (or auto with HVDLITE_AUTO_RING_MIN_BYTES=0).
 Prints 'WORKER OK' per rank on success.
 """
+import sys
+
 import numpy as np
 
 import hvdlite as hvd
@@ -45,6 +48,55 @@ def run_group(label, dtype, op_name, sizes, in_place_every=2):
     same_bytes_everywhere(outputs, label)
 
 
+def views(block, sizes, gaps):
+    """Views of block laid one after another, gaps[i] elements left out before view i (0: it follows the last)."""
+    out, at = [], 0
+    for n, gap in zip(sizes, gaps):
+        at += gap
+        out.append(block[at:at + n])
+        at += n
+    return out
+
+
+def run_views(label, sizes, input_gaps, output_gaps, spread=False):
+    """A group whose tensors are views of one array into views of another: where they follow each other on both
+    sides the core streams them as one run, where a gap parts them (on either side) it does not, and a view that
+    is its own output (in place) runs with its neighbours when they are in place too. With spread, ranks
+    other than 0 pass separate arrays instead (runs differ between ranks; the bytes and the protocol must not)."""
+    rank, size = hvd.rank(), hvd.size()
+    expected_inputs = [rank_input("float32", (n,), rank, "sum", (label, i)) for i, n in enumerate(sizes)]
+    if spread and rank != 0:
+        inputs = [x.copy() for x in expected_inputs]
+        outputs = [np.full_like(x, 99) for x in inputs]
+    else:
+        total = sum(sizes) + sum(input_gaps) + sum(output_gaps or [])
+        inputs = views(np.zeros(total, np.float32), sizes, input_gaps)
+        for view, values in zip(inputs, expected_inputs):
+            view[:] = values
+        in_place = output_gaps is None
+        outputs = inputs if in_place else views(np.full(total, 99, np.float32), sizes, output_gaps)
+    group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", "float32", (n,), 0, 0, op=hvd.Sum)
+                           for i, n in enumerate(sizes)])
+    handle = group.submit(inputs, outputs, (inputs, outputs))
+    handle.wait()
+    handle.release()
+    for i, (n, out) in enumerate(zip(sizes, outputs)):
+        expected = reduce_reference([rank_input("float32", (n,), r, "sum", (label, i)) for r in range(size)], "sum")
+        check_close(f"{label}.{i}", out, expected, "float32", "all-reduce of views")
+    same_bytes_everywhere(outputs, label)
+
+
+def views_of_one_buffer():
+    sizes = [4096] * 64 + [1000, 3, 70_000]
+    run_views("views.adjacent", sizes, [0] * len(sizes), [0] * len(sizes))
+    # Parted every few tensors on one side only: runs end where either side jumps.
+    run_views("views.gaps", sizes, [0, 0, 5] * 22 + [1], [7, 0, 0, 0] * 16 + [0, 0, 3])
+    run_views("views.in.place", sizes, [0] * 60 + [9] * 7, None)
+    # 5.2 MiB of adjacent views on rank 0 (one run, more than a tensor the direct all-reduce stages), separate
+    # arrays elsewhere: every rank must still treat it as the fused batch it is.
+    run_views("views.spread", [262_144] * 5 + [50_000], [0] * 6, [0] * 6, spread=True)
+
+
 def no_shared_buffer_on_last_rank():
     """The last rank cannot open a file (RLIMIT_NOFILE 0), so its staging buffer (a memfd) cannot grow: the
     batch fails on every rank, naming that rank and why, and nothing is left in flight."""
@@ -77,6 +129,11 @@ def no_shared_buffer_on_last_rank():
 
 def main():
     hvd.init()
+    views_of_one_buffer()
+    if "views" in sys.argv[1:]:  # only these: run under each algorithm
+        hvd.shutdown()
+        print("WORKER OK", flush=True)
+        return
     rng = np.random.default_rng(7)  # the same sizes on every rank
     # A small batch first: the peers map its staging buffer, which the next batches make grow.
     run_group("small", "float32", "sum", [100, 200, 300])

@@ -16,11 +16,26 @@ constexpr int64_t kMaxAheadBytes = 64 << 10;  // a large piece streams well enou
 
 }  // namespace
 
+void BufferLayout::Reset(const std::vector<BufferPiece> &pieces) {
+  runs_.clear();
+  for (const BufferPiece &p : pieces) {
+    BufferPiece *last = runs_.empty() ? nullptr : &runs_.back();
+    if (last && last->input + last->bytes == p.input && last->output + last->bytes == p.output) {
+      last->bytes += p.bytes;  // the same bytes in the same order: one stream for the kernels
+    } else {
+      runs_.push_back(p);
+    }
+  }
+  begin_.resize(runs_.size() + 1);
+  begin_[0] = 0;
+  for (size_t i = 0; i < runs_.size(); ++i) begin_[i + 1] = begin_[i] + runs_[i].bytes;
+}
+
 void BufferLayout::PrefetchPages(size_t i, bool input, bool write) const {
   i += kPiecesAhead;
-  if (i >= pieces_->size()) return;
+  if (i >= runs_.size()) return;
   const uint8_t *at = Address(i, input);
-  const int64_t bytes = std::min((*pieces_)[i].bytes, kMaxAheadBytes);
+  const int64_t bytes = std::min(runs_[i].bytes, kMaxAheadBytes);
   for (int64_t offset = 0; offset < bytes; offset += kPage) {
     if (write) {
       __builtin_prefetch(at + offset, 1);
@@ -50,7 +65,7 @@ void BufferLayout::Reduce(int64_t begin, int64_t bytes, const uint8_t *received,
                           ReduceOp op) const {
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
   ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
-    const BufferPiece &p = (*pieces_)[i];
+    const BufferPiece &p = runs_[i];
     PrefetchPages(i, /*input=*/!from_output, /*write=*/false);
     if (!from_output) PrefetchPages(i, /*input=*/false, /*write=*/true);  // where the result goes
     ReduceTo(p.output + skip, (from_output ? p.output : p.input) + skip, received, take / element, dtype, op);

@@ -1,6 +1,8 @@
 // A fused batch seen as one virtual buffer: its tensors (pieces) laid end to end, each read from its own
 // input and written to its own output. Algorithms that reduce a batch where its tensors are walk byte
-// ranges of this buffer piece by piece instead of copying the batch into one fusion buffer.
+// ranges of this buffer run by run instead of copying the batch into one fusion buffer. A run is a piece, or
+// pieces that follow each other in memory on both sides (views of one buffer, into views of another): the
+// kernels then stream them as one.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -18,22 +20,15 @@ struct BufferPiece {
 
 class BufferLayout {
  public:
-  // Reuses its offsets table: no allocation once it has seen the largest batch.
-  void Reset(const std::vector<BufferPiece> &pieces) {
-    pieces_ = &pieces;
-    begin_.resize(pieces.size() + 1);
-    begin_[0] = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) begin_[i + 1] = begin_[i] + pieces[i].bytes;
-  }
-  const std::vector<BufferPiece> &pieces() const { return *pieces_; }
-  int64_t begin_of(size_t i) const { return begin_[i]; }  // where piece i starts in the virtual buffer
+  // Reuses its tables: no allocation once it has seen the largest batch.
+  void Reset(const std::vector<BufferPiece> &pieces);
 
-  // f(piece index, offset in the piece, bytes) for each piece's run of [begin, begin + bytes), in order.
+  // f(run index, offset in the run, bytes) for each run's part of [begin, begin + bytes), in order.
   template <typename F>
   void ForEachRun(int64_t begin, int64_t bytes, F f) const {
     for (size_t i = PieceAt(begin); bytes > 0; ++i) {
       const int64_t skip = begin - begin_[i];
-      const int64_t take = std::min(bytes, (*pieces_)[i].bytes - skip);
+      const int64_t take = std::min(bytes, runs_[i].bytes - skip);
       if (take <= 0) continue;  // an empty piece
       f(i, skip, take);
       begin += take;
@@ -41,15 +36,15 @@ class BufferLayout {
     }
   }
 
-  // The address of [begin, begin + bytes) when one piece holds all of it, else null.
+  // The address of [begin, begin + bytes) when one run holds all of it, else null.
   uint8_t *InOnePiece(int64_t begin, int64_t bytes, bool input) const {
     const size_t i = PieceAt(begin);
     const int64_t offset = begin - begin_[i];
-    return offset + bytes <= (*pieces_)[i].bytes ? Address(i, input) + offset : nullptr;
+    return offset + bytes <= runs_[i].bytes ? Address(i, input) + offset : nullptr;
   }
 
   uint8_t *Address(size_t i, bool input) const {
-    const BufferPiece &p = (*pieces_)[i];
+    const BufferPiece &p = runs_[i];
     return input ? const_cast<uint8_t *>(p.input) : p.output;
   }
 
@@ -65,16 +60,16 @@ class BufferLayout {
               ReduceOp op) const;
 
  private:
-  size_t PieceAt(int64_t byte) const {  // the piece holding byte (the last one for the end)
+  size_t PieceAt(int64_t byte) const {  // the run holding byte (the last one for the end)
     size_t i = std::upper_bound(begin_.begin(), begin_.end(), byte) - begin_.begin();
-    return std::min(i == 0 ? 0 : i - 1, pieces_->size() - 1);
+    return std::min(i == 0 ? 0 : i - 1, runs_.size() - 1);
   }
 
-  // Starts loading the pages of the piece a little after piece i (its inputs or outputs).
+  // Starts loading the pages of the run a little after run i (its inputs or outputs).
   void PrefetchPages(size_t i, bool input, bool write) const;
 
-  const std::vector<BufferPiece> *pieces_ = nullptr;
-  std::vector<int64_t> begin_;  // begin_[i]: where piece i starts in the virtual buffer
+  std::vector<BufferPiece> runs_;
+  std::vector<int64_t> begin_;  // begin_[i]: where run i starts in the virtual buffer
 };
 
 }  // namespace hvdlite
