@@ -223,7 +223,8 @@ def measure(args):
     text = tables(times, ratios, checks)
     say(f"\n{args.count} x {human_bytes(elements * 4)} float32, {common.size()} ranks\n" + text)
     return {"benchmark": "fusion", "machine": common.machine_info(), "count": args.count, "bytes_each": elements * 4,
-            "repeats": args.repeats, "launches": 1, "times_ms": times, "ratios": ratios, "targets": checks,
+            "repeats": args.repeats, "launches": 1, "cache_capacity": int(os.environ["HVDLITE_CACHE_CAPACITY"]),
+            "times_ms": times, "ratios": ratios, "targets": checks,
             "table": text, "rounds_ms": {k: [t * 1e3 for t in v] for k, v in rounds.items()}}
 
 
@@ -246,7 +247,8 @@ def over_launches(args):
     launch_command = re.sub(r"--json \S+", "--json LAUNCH.json", runs[0]["machine"]["command"])  # a temporary file
     machine = dict(runs[0]["machine"], command=common.this_command(), launch_command=launch_command)
     return {"benchmark": "fusion", "machine": machine, "count": args.count, "bytes_each": runs[0]["bytes_each"],
-            "repeats": args.repeats, "launches": args.launches, "times_ms": times, "ratios": ratios,
+            "repeats": args.repeats, "launches": args.launches, "cache_capacity": runs[0]["cache_capacity"],
+            "times_ms": times, "ratios": ratios,
             "ratio_ranges": ranges, "targets": checks, "table": text,
             "per_launch": [{k: run[k] for k in ("times_ms", "ratios", "rounds_ms")}
                            | {"load_average": run["machine"]["load_average"], "date": run["machine"]["date"]}

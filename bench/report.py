@@ -40,6 +40,8 @@ def machine_block(result):
              f"(a shared machine: every figure is a ratio of interleaved rounds)",
              f"- revision {m.get('git', '')}, {m.get('date', '')}; {result.get('repeats', '?')} rounds per figure",
              f"- command: `{m.get('command', '')}`"]
+    if result.get("cache_capacity"):
+        lines[-2] += f"; response cache {result['cache_capacity']} entries (HVDLITE_CACHE_CAPACITY)"
     if result.get("launches", 1) > 1:
         lines[-2] += f", median of {result['launches']} separate launches"
         lines.append(f"- each launch: `{m.get('launch_command', '')}`")

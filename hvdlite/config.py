@@ -112,7 +112,10 @@ SETTINGS = (
             "milliseconds (the same instants on every rank); synchronous work starts at once",
             flag="--cycle-time-ms"),
     Setting("cache_capacity", "HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024, "int",
-            _parse_non_negative_int, "Response cache entries for the fast negotiation path; 0 disables it",
+            _parse_non_negative_int,
+            "Response cache entries for the fast negotiation path: keep it above the number of tensors a step "
+            "reduces (least recently used are evicted, so more than that send them through the slow path); "
+            "0 disables it",
             flag="--cache-capacity"),
     Setting("stall_check_seconds", "HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,
             "float", _parse_non_negative_float,
