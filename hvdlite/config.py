@@ -114,7 +114,7 @@ SETTINGS = (
     Setting("cache_capacity", "HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024, "int",
             _parse_non_negative_int,
             "Response cache entries for the fast negotiation path: keep it above the number of tensors a step "
-            "reduces (least recently used are evicted, so more than that send them through the slow path); "
+            "reduces (least recently used are evicted, so more than that send them through the slow path, and rank 0 warns once); "
             "0 disables it",
             flag="--cache-capacity"),
     Setting("stall_check_seconds", "HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0,

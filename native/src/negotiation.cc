@@ -82,6 +82,15 @@ std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
   for (const Response &response : completed) {
     if (response.ok() && ResponseCache::Cacheable(response.spec.collective)) set.cache.Put(response);
   }
+  // Every rank's cache made the same moves: the first rank of the set says it once for all.
+  if (set.cache.CrossedThrashThreshold() && set.rank == 0) {
+    Log(LogLevel::kWarning,
+        "response cache too small: " + std::to_string(set.cache.returns()) +
+            " times a tensor came back after the cache evicted it (the last: '" + set.cache.last_returned() +
+            "'): the job reduces more tensors than its " + std::to_string(set.cache.capacity()) +
+            " entries hold, so they are negotiated the slow way again and again; set HVDLITE_CACHE_CAPACITY "
+            "(hvdliterun --cache-capacity) above the number of tensors a step reduces");
+  }
   return completed;
 }
 

@@ -1,6 +1,7 @@
 #include "response_cache.h"
 
 #include <atomic>
+#include <functional>
 
 namespace hvdlite {
 namespace {
@@ -10,7 +11,24 @@ uint64_t NextStamp() {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+// Evicted names remembered: twice the capacity, at most this many (8 bytes each).
+constexpr size_t kMaxEvictedRemembered = size_t{1} << 16;
+
+uint64_t NameHash(const std::string &name) {
+  return std::hash<std::string>{}(name) | 1;  // never 0, the empty slot
+}
+
 }  // namespace
+
+ResponseCache::ResponseCache(int32_t capacity)
+    : slots_(capacity > 0 ? capacity : 0),
+      evicted_(std::min(kMaxEvictedRemembered, 2 * static_cast<size_t>(std::max(capacity, 0)))) {}
+
+bool ResponseCache::CrossedThrashThreshold() {
+  if (thrash_reported_ || returns_ < ThrashThreshold()) return false;
+  thrash_reported_ = true;
+  return true;
+}
 
 bool ResponseCache::Cacheable(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kAllgather || c == Collective::kBroadcast ||
@@ -55,8 +73,16 @@ void ResponseCache::Put(const Response &response) {
     }
     if (bit < 0) {
       if (victim < 0) return;
+      const uint64_t gone = NameHash(slots_[victim].response.spec.name);
+      evicted_[gone % evicted_.size()] = gone;
       Erase(victim);
       bit = victim;
+    }
+    const uint64_t hash = NameHash(response.spec.name);
+    if (!evicted_.empty() && evicted_[hash % evicted_.size()] == hash) {  // evicted before, and back
+      evicted_[hash % evicted_.size()] = 0;
+      ++returns_;
+      last_returned_ = response.spec.name;
     }
     bits_[response.spec.name] = bit;
   }

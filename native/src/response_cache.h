@@ -2,6 +2,7 @@
 // later round only needs one bitwise-AND all-reduce to learn which of them every rank has ready.
 // Every rank applies the same Put/Touch/Erase calls in the same order, so bits agree everywhere.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -13,7 +14,7 @@ namespace hvdlite {
 
 class ResponseCache {
  public:
-  explicit ResponseCache(int32_t capacity) : slots_(capacity > 0 ? capacity : 0) {}
+  explicit ResponseCache(int32_t capacity);
 
   int32_t capacity() const { return static_cast<int32_t>(slots_.size()); }
   // Bit of a cached name, or -1.
@@ -35,6 +36,14 @@ class ResponseCache {
   void Erase(int32_t bit);
   static bool Cacheable(Collective c);
 
+  // Names put back after this cache evicted them, since it was made. Many of them mean that the job reduces more
+  // tensors than the cache holds: least recently used eviction then drops each before its next use, and all of
+  // them take the slow path every time. True once, when the count first reaches ThrashThreshold().
+  bool CrossedThrashThreshold();
+  int64_t returns() const { return returns_; }
+  int64_t ThrashThreshold() const { return std::max<int64_t>(16, capacity() / 2); }
+  const std::string &last_returned() const { return last_returned_; }
+
  private:
   struct Slot {
     bool used = false;
@@ -46,6 +55,12 @@ class ResponseCache {
   std::unordered_map<std::string, int32_t> bits_;
   uint64_t tick_ = 0;
   uint64_t round_start_tick_ = 0;
+  // Hashes of evicted names, one per slot of a fixed table (a later eviction may overwrite one: the count is
+  // a lower bound, and the table never grows).
+  std::vector<uint64_t> evicted_;
+  int64_t returns_ = 0;
+  bool thrash_reported_ = false;
+  std::string last_returned_;
 };
 
 }  // namespace hvdlite
