@@ -16,7 +16,8 @@ allows. "grouped" submits the same N all-reduces in one call (`hvd.grouped_allre
 same calls through `hvdlite.torch` on CPU tensors (no target: shown for the cost of torch's tensor-to-array view). "grouped_views" does so
 with N views of one array that starts 8 bytes past a page, into views of another such array: every tensor lies
 8 bytes off its place in the page-aligned staging buffer, the distance at which glibc's memcpy (rep movsb, on
-AMD) ran 13-20x slower before the core copied tensors with vectors (3.29x one all-reduce then, 1.27x after).
+AMD) ran 13-20x slower before the core copied tensors with vectors (3.29x one all-reduce then, 1.27x after);
+adjacent on both sides, the views are now streamed as one run.
 "one" is a single all-reduce of count x kib KiB through the same pointer-level path. The unfused run needs its
 own init (HVDLITE_FUSION_THRESHOLD=0); "one" is timed again, interleaved, in that phase so that its ratio pairs
 rounds of one phase.
