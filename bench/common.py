@@ -152,8 +152,7 @@ def machine_info():
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
         "load_average": os.getloadavg(),
         "git": _git_revision(),
-        "command": " ".join(filter(None, [launcher, os.environ.get("HVDLITE_BENCH_BINDING"), "python",
-                                          *_relative_argv()])),
+        "command": " ".join(filter(None, [launcher, os.environ.get("HVDLITE_BENCH_BINDING"), this_command()])),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     try:

@@ -184,17 +184,16 @@ def checks_for(count, bytes_each, ratios):
 def tables(times, ratios, checks, ranges=None):
     """The variants table and the targets table; ranges ({ratio key: (low, high)}) adds each ratio's spread
     over launches."""
+    def spread(ratio_key):  # the range column, when there is one
+        if not ranges:
+            return []
+        return [f"{ranges[ratio_key][0]:.2f}-{ranges[ratio_key][1]:.2f}" if ratio_key else ""]
+
     header = ["variant", "ms (median)", "x one all-reduce"] + (["range over launches"] if ranges else [])
-    rows = []
-    for key, label, ratio_key in VARIANTS:
-        row = [label, f"{times[key]:.2f}", f"{ratios[ratio_key]:.2f}" if ratio_key else "1.00"]
-        if ranges:
-            row.append(f"{ranges[ratio_key][0]:.2f}-{ranges[ratio_key][1]:.2f}" if ratio_key else "")
-        rows.append(row)
+    rows = [[label, f"{times[key]:.2f}", f"{ratios[ratio_key]:.2f}" if ratio_key else "1.00"] + spread(ratio_key)
+            for key, label, ratio_key in VARIANTS]
     target_header = ["target", "measured"] + (["range over launches"] if ranges else []) + ["result"]
-    target_rows = [[c["target"], c["measured"]]
-                   + ([f"{ranges[c['ratio']][0]:.2f}-{ranges[c['ratio']][1]:.2f}"] if ranges else [])
-                   + [verdict(c["pass"])] for c in checks]
+    target_rows = [[c["target"], c["measured"]] + spread(c["ratio"]) + [verdict(c["pass"])] for c in checks]
     return common.format_table(header, rows) + "\n\n" + common.format_table(target_header, target_rows)
 
 
