@@ -215,15 +215,18 @@ int64_t hvdlite_handle_result(hvdlite_handle handle) {
 
 int hvdlite_handle_output_ndim(hvdlite_handle handle) {
   int ndim = -1;
-  Core::Get().handles().Read(handle, [&](const HandleState &s) { ndim = static_cast<int>(s.output_shape.size()); });
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    ndim = s.results ? static_cast<int>(s.results->output_shape.size()) : 0;
+  });
   return ndim;
 }
 
 int hvdlite_handle_output_shape(hvdlite_handle handle, int64_t *shape, int32_t capacity) {
   int ndim = -1;
   Core::Get().handles().Read(handle, [&](const HandleState &s) {
-    ndim = static_cast<int>(s.output_shape.size());
-    for (int i = 0; i < ndim && i < capacity; ++i) shape[i] = s.output_shape[i];
+    if (!s.results) return void(ndim = 0);
+    ndim = static_cast<int>(s.results->output_shape.size());
+    for (int i = 0; i < ndim && i < capacity; ++i) shape[i] = s.results->output_shape[i];
   });
   return ndim;
 }
@@ -233,8 +236,9 @@ const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes) {
   *nbytes = 0;
   // The vector is not touched again until release, so the pointer stays valid after the lock.
   Core::Get().handles().Read(handle, [&](const HandleState &s) {
-    data = s.output.data();
-    *nbytes = static_cast<int64_t>(s.output.size());
+    if (!s.results) return;
+    data = s.results->output.data();
+    *nbytes = static_cast<int64_t>(s.results->output.size());
   });
   return data;
 }
@@ -242,8 +246,9 @@ const void *hvdlite_handle_output_data(hvdlite_handle handle, int64_t *nbytes) {
 int hvdlite_handle_received_splits(hvdlite_handle handle, int32_t *splits, int32_t capacity) {
   int n = -1;
   Core::Get().handles().Read(handle, [&](const HandleState &s) {
-    n = static_cast<int>(s.received_splits.size());
-    for (int i = 0; i < n && i < capacity; ++i) splits[i] = s.received_splits[i];
+    if (!s.results) return void(n = 0);
+    n = static_cast<int>(s.results->received_splits.size());
+    for (int i = 0; i < n && i < capacity; ++i) splits[i] = s.results->received_splits[i];
   });
   return n;
 }

@@ -157,11 +157,12 @@ std::string CollectiveExecutor::Allgather(const CommContext &ctx, const Response
     offset += bytes;
     total_rows += response.first_dims[r];
   }
-  local.core_output.resize(offset);
-  MPI_Allgatherv(local.input, counts[ctx.rank], MPI_BYTE, local.core_output.data(), counts.data(),
+  CoreResults &results = *(local.results = std::make_unique<CoreResults>());
+  results.output.resize(offset);
+  MPI_Allgatherv(local.input, counts[ctx.rank], MPI_BYTE, results.output.data(), counts.data(),
                  displacements.data(), MPI_BYTE, ctx.comm);
-  local.output_shape = local.request.shape;
-  local.output_shape[0] = total_rows;
+  results.output_shape = local.request.shape;
+  results.output_shape[0] = total_rows;
   return "";
 }
 
@@ -198,12 +199,13 @@ std::string CollectiveExecutor::Alltoall(const CommContext &ctx, const Response 
     recv_offset += rb;
     total_rows += recv_rows[r];
   }
-  local.core_output.resize(recv_offset);
-  MPI_Alltoallv(local.input, send_counts.data(), send_displs.data(), MPI_BYTE, local.core_output.data(),
+  CoreResults &results = *(local.results = std::make_unique<CoreResults>());
+  results.output.resize(recv_offset);
+  MPI_Alltoallv(local.input, send_counts.data(), send_displs.data(), MPI_BYTE, results.output.data(),
                 recv_counts.data(), recv_displs.data(), MPI_BYTE, ctx.comm);
-  local.output_shape = spec.shape;
-  local.output_shape[0] = total_rows;
-  local.received_splits = std::move(recv_rows);
+  results.output_shape = spec.shape;
+  results.output_shape[0] = total_rows;
+  results.received_splits = std::move(recv_rows);
   return "";
 }
 

@@ -633,6 +633,7 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
                        int64_t result) {
   finished_entries_.clear();
   finished_handles_.clear();
+  finished_results_.clear();
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     Entry *e = entries[i];
@@ -640,11 +641,8 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     set.Leave(e);
     finished_entries_.push_back(e);
     finished_handles_.push_back(e->handle);
-    if (finished_results_.size() <= n) finished_results_.resize(n + 1);
-    HandleState &r = finished_results_[n++];
-    r.output = std::move(e->core_output);
-    r.output_shape = std::move(e->output_shape);
-    r.received_splits = std::move(e->received_splits);
+    finished_results_.push_back(std::move(e->results));
+    ++n;
   }
   if (n == 0) return;  // nothing here (joined, or no eager results): wake nobody
   {
@@ -655,12 +653,9 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
   }
   finished_ += static_cast<int64_t>(n);
   handles_.CompleteAll(finished_handles_.data(), n, [&](size_t i, HandleState &s) {
-    HandleState &r = finished_results_[i];
-    s.error = error;
+    if (!error.empty()) s.error = error;
     s.result = result;
-    s.output = std::move(r.output);
-    s.output_shape = std::move(r.output_shape);
-    s.received_splits = std::move(r.received_splits);
+    s.results = std::move(finished_results_[i]);
   }, /*wake=*/false);
   handles_.WakeWaiters();
 }

@@ -174,7 +174,7 @@ class Core {
   // FinishBatch's working lists, reused: results are moved out of the entries before they leave flight.
   std::vector<Entry *> finished_entries_;
   std::vector<int64_t> finished_handles_;
-  std::vector<HandleState> finished_results_;
+  std::vector<std::unique_ptr<CoreResults>> finished_results_;
   std::vector<Entry *> eager_finished_;    // FinishEager's batch, reused
   std::vector<const Response *> round_collectives_;  // Execute's working lists, reused
   std::vector<Entry *> round_entries_;

@@ -2,9 +2,11 @@
 // submission of that name, so that a request submitted step after step is copied, hashed and checked once.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core_results.h"
 #include "messages.h"
 
 namespace hvdlite {
@@ -32,16 +34,13 @@ struct Entry {
   int32_t cache_bit = -1;
   uint64_t cache_stamp = 0;
   Clock::time_point negotiation_start;
+  // Results the core allocates (allgather, alltoall; null for the rest), moved into the handle on completion.
+  std::unique_ptr<CoreResults> results;
 
   // What the request is: written when a submission changes it.
   Request request;
   int32_t process_set_id = 0;
   std::vector<int32_t> splits;  // alltoall
-
-  // Results the core allocates (allgather, alltoall), moved into the handle on completion.
-  std::vector<uint8_t> core_output;
-  std::vector<int64_t> output_shape;
-  std::vector<int32_t> received_splits;
 
   // Back to a new entry's values, keeping only the buffers of its name and shape for the next request that
   // reuses this entry's node; results the core allocated are freed.

@@ -4,8 +4,8 @@
 
 namespace hvdlite {
 
-// Growing the table moves the slots; their outputs' buffers, whose addresses callers hold until release
-// (hvdlite_handle_output_data), must move with them rather than be copied.
+// Growing the table moves the slots. Outputs the core allocated stay where they are (CoreResults is held by
+// pointer), so the addresses callers hold until release (hvdlite_handle_output_data) stay good.
 static_assert(std::is_nothrow_move_constructible_v<HandleState>, "slots must move, not copy, as the table grows");
 
 void HandleTable::CreateMany(int64_t *handles, size_t count) {

@@ -3,21 +3,23 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "core_results.h"
 #include "slot_table.h"
 
 namespace hvdlite {
 
+// With its slot's generation, one cache line (see kHandleSlotAlignment): a fused step completes, waits for and
+// releases hundreds of handles, each out of cache by then.
 struct HandleState {
   bool done = false;
-  std::string error;
   int64_t result = 0;
-  std::vector<uint8_t> output;          // core-allocated output (allgather, alltoall)
-  std::vector<int64_t> output_shape;
-  std::vector<int32_t> received_splits;
+  std::string error;
+  std::unique_ptr<CoreResults> results;  // allgather, alltoall; null for the rest
 };
 
 class HandleTable {
@@ -96,7 +98,10 @@ class HandleTable {
   std::condition_variable done_;
   // A handle is a slot's token: creating, completing, waiting for and releasing one is an array access. As many
   // slots as requests were ever in flight at once: nothing grows with the number of steps.
-  SlotTable<HandleState> slots_;
+  static constexpr size_t kHandleSlotAlignment = 64;
+  SlotTable<HandleState, kHandleSlotAlignment> slots_;
+  static_assert(SlotTable<HandleState, kHandleSlotAlignment>::kSlotBytes == kHandleSlotAlignment,
+                "a handle's slot should fill one cache line");
 };
 
 }  // namespace hvdlite

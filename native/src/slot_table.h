@@ -4,14 +4,25 @@
 // values were ever live at once. Values move as the table grows: look a token up again after any Add.
 // Not thread-safe: guard it with its owner's lock.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace hvdlite {
 
-template <typename T>
+// Align: each slot's alignment (a cache line keeps a small value and its generation in one line).
+template <typename T, size_t Align = alignof(T)>
 class SlotTable {
+  // The generation first: finding a token reads it, then the value's first fields.
+  struct alignas(Align) Slot {
+    uint32_t generation = 0;
+    bool live = false;
+    T value;
+  };
+
  public:
+  static constexpr size_t kSlotBytes = sizeof(Slot);
+
   // A new live slot (its value as the last user of the slot left it: reset in Remove); its token, > 0.
   int64_t Add() {
     if (free_.empty()) {
@@ -52,11 +63,6 @@ class SlotTable {
   }
 
  private:
-  struct Slot {
-    T value;
-    uint32_t generation = 0;
-    bool live = false;
-  };
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
 };
