@@ -636,6 +636,7 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
   finished_results_.clear();
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
+    if (i + kEntryPrefetchAhead < count) PrefetchEntry(entries[i + kEntryPrefetchAhead]);
     Entry *e = entries[i];
     if (!e) continue;
     set.Leave(e);

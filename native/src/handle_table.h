@@ -39,6 +39,7 @@ class HandleTable {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 0; i < count; ++i) {
+        if (i + kPrefetchAhead < count) slots_.Prefetch(handles[i + kPrefetchAhead], /*write=*/true);
         HandleState *state = Find(handles[i]);
         if (!state) continue;  // released before it finished
         fill(i, *state);
@@ -86,6 +87,8 @@ class HandleTable {
   int ReleaseIfSucceeded(int64_t handle);
 
  private:
+  // Loops over the handles of a fused step load this many slots ahead: each is out of cache by then.
+  static constexpr size_t kPrefetchAhead = 8;
   // A handle is (generation << 32) | slot index: finding its state is an array index, not a hash lookup, and
   // a released handle whose slot a newer request took is told apart by the slot's generation.
   // Null for a handle unknown or released. Under the lock, and good only while it is held: slots move as the
