@@ -9,8 +9,9 @@
  * goes to ops.py's prepare function, which checks the arguments, raises what is wrong, and caches the new
  * request.
  *
- * An all-reduce's int handle (int_handles.c) files its Handle alone, whose result field holds the output array:
- * a (handle, result) tuple per tensor would be a garbage-collected allocation, and a collection every 700.
+ * An all-reduce's int handle (int_handles.c) files the core's handle id, the input, the name and the output array
+ * in its slot: no Handle object and no (handle, result) tuple per tensor (a garbage-collected allocation, and a
+ * collection every 700).
  */
 #include "hotpath.h"
 #include "output_arena.h"
@@ -305,13 +306,8 @@ static PyObject *allreduce_array(PyObject *const *args, int wait, PyObject *in_p
     if (wait) {
       if (run_and_release(&filled, name) == 0) result = Py_NewRef(returned);
     } else {
-      /* The handle keeps the input, and what synchronize returns (the output, which it keeps alive too). */
-      PyObject *handle = enqueue(&filled, array, name);
-      if (handle != NULL) {
-        ((CoreHandle *)handle)->result = Py_NewRef(returned);
-        result = track_entry(handle);
-        Py_DECREF(handle);
-      }
+      /* The int handle keeps the input, and what synchronize returns (the output, which it keeps alive too). */
+      result = submit_tracked(&filled, array, name, returned);
     }
   }
   Py_XDECREF(output);

@@ -83,15 +83,13 @@ static void handle_dealloc(CoreHandle *self) {
       hvdlite_release(self->id);
     } else {
       /* Still running: the core keeps it; its memory must outlive it. */
-      PyObject *orphan = Py_BuildValue("(LOO)", (long long)self->id, self->keepalive,
-                                       self->result ? self->result : Py_None);
+      PyObject *orphan = Py_BuildValue("(LO)", (long long)self->id, self->keepalive);
       if (orphan == NULL || PyList_Append(orphans, orphan) != 0) PyErr_WriteUnraisable((PyObject *)self);
       Py_XDECREF(orphan);
     }
   }
   Py_XDECREF(self->keepalive);
   Py_XDECREF(self->name);
-  Py_XDECREF(self->result);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -134,7 +132,6 @@ static PyObject *handle_raise_error(CoreHandle *self, PyObject *unused) {
 void forget_released(CoreHandle *self) {
   self->id = RELEASED;
   Py_CLEAR(self->keepalive);
-  Py_CLEAR(self->result);
 }
 
 void release_one(CoreHandle *self) {
@@ -148,18 +145,22 @@ static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+int finish_id(hvdlite_handle id, PyObject *name) {
+  if (hvdlite_release_if_succeeded(id) == 0) return 0;  /* finished well: released under one lock */
+  const int waited = wait_for(&id, 1) == 0 ? 0 : -1;
+  if (waited != 0) raise_handle_error(id, name);
+  hvdlite_release(id);
+  return waited;
+}
+
 int finish_one(CoreHandle *self) {
   if (self->id == RELEASED) {
     raise_released(self);
     return -1;
   }
-  if (hvdlite_release_if_succeeded(self->id) == 0) {
-    forget_released(self);
-    return 0;
-  }
-  const int waited = wait_one(self);
-  release_one(self);
-  return waited;
+  const int finished = finish_id(self->id, self->name);
+  forget_released(self);
+  return finished;
 }
 
 static PyObject *handle_finish(CoreHandle *self, PyObject *unused) {
@@ -296,20 +297,27 @@ static CoreHandle *new_handle(void) {
   handle->id = RELEASED;
   handle->keepalive = NULL;
   handle->name = NULL;
-  handle->result = NULL;
   return handle;
+}
+
+hvdlite_handle enqueue_id(const hvdlite_request *request) {
+  if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
+  char error[ERROR_BYTES];
+  error[0] = '\0';
+  const hvdlite_handle id = hvdlite_enqueue(request, error, ERROR_BYTES);
+  if (id >= 0) return id;
+  error_from_buffer(id == -3 ? hvdlite_error : PyExc_ValueError, error);
+  return -1;
 }
 
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
-  char error[ERROR_BYTES];
-  error[0] = '\0';
-  const hvdlite_handle id = hvdlite_enqueue(request, error, ERROR_BYTES);
+  const hvdlite_handle id = enqueue_id(request);
   if (id < 0) {
     Py_DECREF(handle);
-    return error_from_buffer(id == -3 ? hvdlite_error : PyExc_ValueError, error);
+    return NULL;
   }
   adopt(handle, id, keepalive, name);
   return (PyObject *)handle;

@@ -16,8 +16,6 @@ typedef struct {
   hvdlite_handle id;   /* RELEASED once given back to the core */
   PyObject *keepalive; /* what holds the memory the core reads and writes until release */
   PyObject *name;      /* the request's name, for error messages */
-  PyObject *result;    /* what hvd.synchronize returns (a NumPy all-reduce's output array, kept alive as keepalive
-                          is), or NULL: the int handle's pending entry is then a (handle, result) tuple */
 } CoreHandle;
 
 HOTPATH_INTERNAL extern PyTypeObject CoreHandleType;
@@ -41,6 +39,12 @@ HOTPATH_INTERNAL int finish_one(CoreHandle *handle);
 HOTPATH_INTERNAL void forget_released(CoreHandle *handle);
 /* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
 HOTPATH_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
+/* Enqueues a filled request without a Handle: its core handle id (> 0), or -1 with the refusal raised as enqueue
+ * raises it. The caller keeps what the core reads and writes alive until it has finished the id. */
+HOTPATH_INTERNAL hvdlite_handle enqueue_id(const hvdlite_request *request);
+/* Waits for a core handle id (without the GIL while it is pending), then releases it whatever happened: 0, or
+ * -1 with its HvdliteError raised (name says which request). */
+HOTPATH_INTERNAL int finish_id(hvdlite_handle id, PyObject *name);
 /* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)
  * when the collective failed or the core refused it. */
 HOTPATH_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
@@ -75,10 +79,12 @@ HOTPATH_INTERNAL int is_array(PyObject *object, int *bfloat16);
 HOTPATH_INTERNAL PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs,
                                           PyObject *kwnames, int wait, PyObject *in_place_result);
 
-/* int_handles.c: the int handles of the NumPy API (track, synchronize, poll). track_entry files entry (a Handle
- * holding its result, or a (handle, result) tuple) under a new int handle and returns it, or NULL with an error. */
+/* int_handles.c: the int handles of the NumPy API (track, synchronize, poll). submit_tracked enqueues a filled
+ * request and files it under a new int handle, which it returns (or NULL with an error): synchronize then
+ * returns result, and keepalive and name are held until then. */
 HOTPATH_INTERNAL extern PyMethodDef int_handle_functions[];
-HOTPATH_INTERNAL PyObject *track_entry(PyObject *entry);
+HOTPATH_INTERNAL PyObject *submit_tracked(const hvdlite_request *request, PyObject *keepalive, PyObject *name,
+                                          PyObject *result);
 /* hvd.synchronize(handle_id) (a new reference), or NULL with its error; *unknown says whether that error is
  * the handle being unknown (never returned, or synchronized already). */
 HOTPATH_INTERNAL PyObject *synchronize_int_handle(PyObject *key, int *unknown);
