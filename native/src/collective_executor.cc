@@ -99,7 +99,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   if (algorithm.takes_pieces() && all_local && (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype))) {
     pieces_.clear();
     for (size_t i = 0; i < batch.parts.size(); ++i) {
-      const int64_t bytes = batch.parts[i]->spec.NumElements() * static_cast<int64_t>(element);
+      const int64_t bytes = batch.parts[i]->Elements() * static_cast<int64_t>(element);
       if (bytes > 0) pieces_.push_back(BufferPiece{static_cast<const uint8_t *>(locals[i]->input),
                                                    static_cast<uint8_t *>(locals[i]->output), bytes});
     }
@@ -119,7 +119,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   uint8_t *buffer = fusion_buffer_.data();
   int64_t offset = 0;
   for (size_t i = 0; i < batch.parts.size(); ++i) {
-    int64_t count = batch.parts[i]->spec.NumElements();
+    int64_t count = batch.parts[i]->Elements();
     if (locals[i]) ScaleCopy(buffer + offset, locals[i]->input, count, spec.dtype, spec.prescale);
     else std::memset(buffer + offset, 0, count * element);  // joined rank: contributes zeros
     offset += count * static_cast<int64_t>(element);
@@ -134,7 +134,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   start = Clock::now();
   offset = 0;
   for (size_t i = 0; i < batch.parts.size(); ++i) {
-    int64_t count = batch.parts[i]->spec.NumElements();
+    int64_t count = batch.parts[i]->Elements();
     if (locals[i]) {
       FinishReduction(locals[i]->output, buffer + offset, count, spec.dtype, spec.op, spec.postscale, ctx.size);
     }

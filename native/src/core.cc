@@ -666,10 +666,11 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
   eager_finished_.clear();
   for (const EagerResult &eager : done) {
     const Request &spec = eager.response->spec;
-    round_allreduce_bytes_ += spec.NumElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
+    round_allreduce_bytes_ += eager.response->Elements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
     if (!eager.entry) continue;  // this rank joined: it only contributed zeros
     Entry &e = *eager.entry;
-    FinishReduction(e.output, eager.reduced, spec.NumElements(), spec.dtype, spec.op, spec.postscale, set.size);
+    FinishReduction(e.output, eager.reduced, eager.response->Elements(), spec.dtype, spec.op, spec.postscale,
+                    set.size);
     if (record) {
       timeline_.Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
       timeline_.Record(spec.name, "EAGER_ALLREDUCE", e.negotiation_start, Clock::now());

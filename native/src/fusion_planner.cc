@@ -8,7 +8,7 @@ bool Compatible(const Request &a, const Request &b) {
 }
 
 int64_t Bytes(const Response &r) {
-  return r.spec.NumElements() * static_cast<int64_t>(DataTypeSize(r.spec.dtype));
+  return r.Elements() * static_cast<int64_t>(DataTypeSize(r.spec.dtype));
 }
 
 }  // namespace

@@ -9,30 +9,35 @@
 
 namespace hvdlite {
 
+// The scalars first: a round reads them for every tensor (fusion compatibility), out of cache in a step of many.
 struct Request {
-  std::string name;
   Collective collective = Collective::kAllreduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  double prescale = 1.0;
-  double postscale = 1.0;
   int32_t root_rank = 0;
   int32_t group_id = 0;           // nonzero: submitted together with others of the same id
   int32_t sender = 0;             // rank within the process set
+  double prescale = 1.0;
+  double postscale = 1.0;
   int64_t age_ms = 0;             // how long it has waited on the sender (stall reports)
+  std::string name;
   std::vector<int64_t> shape;
   std::vector<int32_t> ranks;     // add_process_set: the new set's global ranks
 
   int64_t NumElements() const;
 };
 
+// What every round reads of a response first (its error, its size), then the request's scalars: a cached
+// response is one or two cache lines a round, not four (its shape's elements live elsewhere on the heap).
 struct Response {
+  std::string error;              // non-empty: fail this tensor on every rank with this message
+  int64_t elements = -1;          // spec.NumElements() where known (the response cache fills it), else -1
   Request spec;                   // the agreed request (the first rank's, once all agree)
   std::vector<int64_t> first_dims;  // allgather: first dimension of every rank's tensor
-  std::string error;              // non-empty: fail this tensor on every rank with this message
   int64_t result = 0;             // join: last rank to join; add_process_set: the new id
 
   bool ok() const { return error.empty(); }
+  int64_t Elements() const { return elements >= 0 ? elements : spec.NumElements(); }
 };
 
 // A run of compatible responses executed as one collective (one fusion buffer).

@@ -89,6 +89,7 @@ void ResponseCache::Put(const Response &response) {
   Slot &slot = slots_[bit];
   slot.used = true;
   slot.response = response;
+  slot.response.elements = slot.response.spec.NumElements();  // this copy's shape never changes
   slot.last_used = ++tick_;
   slot.stamp = NextStamp();
 }

@@ -45,7 +45,9 @@ class ResponseCache {
   const std::string &last_returned() const { return last_returned_; }
 
  private:
-  struct Slot {
+  // A round reads every ready bit's stamp, then its response's error and size, then the request's scalars:
+  // aligned, the first two lines (see Response).
+  struct alignas(64) Slot {
     bool used = false;
     uint64_t last_used = 0;
     uint64_t stamp = 0;
