@@ -220,18 +220,63 @@ static int is_given_name(PyObject *name) {
   return PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) > 0;
 }
 
+/* The call order. A training loop submits the same names in the same order step after step, so each name's entry
+ * remembers the name that came after it (and that name's entry), and the next call compares one pointer where a
+ * lookup in prepared_requests took two cache misses a tensor once the step's data had swept the cache (perf,
+ * 256 x 16 KiB one by one). A miss looks the name up and relinks the last entry to it: a new order is learnt in
+ * one step. Entries are linked by borrowed reference, good while named_allreduce_generation is what it was then:
+ * it changes whenever an entry dies or Python may have changed prepared_requests. The name is held (so that an
+ * equal pointer is the same string). */
+static NamedAllreduce *last_entry;  /* the entry of the last named call (borrowed), valid at last_generation */
+static uint64_t last_generation;
+static long long call_order_found;  /* lookups the call order answered (for tests) */
+
+/* Starts loading what the next call will read if it follows the order (a hint, ~0.3 us ahead of it): the next
+ * entry, whose request it matches the array against, and the output it will likely recycle. */
+static void prefetch_next(const NamedAllreduce *entry) {
+  if (entry->next_generation != named_allreduce_generation) return;
+  const char *next = (const char *)entry->next_entry;
+  for (size_t line = 0; line < sizeof(NamedAllreduce); line += 64) __builtin_prefetch(next + line, 1);
+  __builtin_prefetch(entry->next_entry->outputs[0], 1);
+}
+
+/* The entry of name if it is the one that followed the last call's the time before (borrowed), or NULL. */
+static NamedAllreduce *entry_in_call_order(PyObject *name) {
+  const uint64_t now = named_allreduce_generation;
+  if (last_generation != now || last_entry->next_name != name || last_entry->next_generation != now) return NULL;
+  ++call_order_found;
+  return last_entry = last_entry->next_entry;
+}
+
+/* Links the last call's entry to this call's (name, entry), looked up. */
+static void follow_call_order(PyObject *name, NamedAllreduce *entry) {
+  const uint64_t now = named_allreduce_generation;
+  if (last_generation == now) {
+    Py_XSETREF(last_entry->next_name, Py_NewRef(name));
+    last_entry->next_entry = entry;
+    last_entry->next_generation = now;
+  }
+  last_entry = entry;
+  last_generation = now;
+}
+
 /* The cached NamedAllreduce of name when tensor matches its request (a new reference), else NULL (with an error
  * set only when something failed, not for a mere miss). */
 static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Signature *signature) {
   if (!is_given_name(name)) return NULL;
-  PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
-  if (found == NULL) return NULL;
-  if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
-    PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
-    return NULL;
+  NamedAllreduce *entry = entry_in_call_order(name);
+  if (entry == NULL) {
+    PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
+    if (found == NULL) return NULL;
+    if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
+      PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
+      return NULL;
+    }
+    entry = (NamedAllreduce *)found;
+    follow_call_order(name, entry);
   }
-  NamedAllreduce *entry = (NamedAllreduce *)found;
-  return matches(tensor, &entry->request, signature) ? (NamedAllreduce *)Py_NewRef(found) : NULL;
+  prefetch_next(entry);
+  return matches(tensor, &entry->request, signature) ? (NamedAllreduce *)Py_NewRef(entry) : NULL;
 }
 
 /* 0 once ops.py has called configure_arrays, else -1 with an error set. */
@@ -247,6 +292,7 @@ static int check_configured(void) {
 static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject **array, NamedAllreduce **entry,
                                                  PyObject **prepared) {
   PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
+  ++named_allreduce_generation; /* it may have changed prepared_requests */
   if (made == NULL) return NULL;
   PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
   if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
@@ -495,6 +541,10 @@ static PyObject *output_arena_bytes(PyObject *module, PyObject *unused) {
   return PyLong_FromSize_t(output_arena_chunk_bytes());
 }
 
+static PyObject *found_by_call_order(PyObject *module, PyObject *unused) {
+  return PyLong_FromLongLong(call_order_found);
+}
+
 PyMethodDef array_collective_functions[] = {
     {"allreduce_async", KEYWORDS(allreduce_async_function),
      "allreduce_async" ALLREDUCE_SIGNATURE
@@ -514,6 +564,8 @@ PyMethodDef array_collective_functions[] = {
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
      "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
+    {"found_by_call_order", found_by_call_order, METH_NOARGS,
+     "found_by_call_order() -> named all-reduces whose entry the call order found, so far (for tests)"},
     {"configure_arrays", FASTCALL(configure_arrays),
      "configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,\n"
      "                 global_process_set)"},

@@ -97,14 +97,22 @@ HOTPATH_INTERNAL extern PyTypeObject TorchCallType;
 /* named_allreduce.c: one name's prepared all-reduce, as the NumPy API caches it (see there). */
 #define KEPT_OUTPUTS 2 /* output arrays kept for recycling per request (array_collectives.c, recycled_output) */
 #define INLINE_DIMS 8  /* dims held in the entry itself; more stay in the PreparedRequest's memory */
-typedef struct {
+typedef struct NamedAllreduce {
   PyObject_HEAD
   hvdlite_request request;          /* a copy of the PreparedRequest's C request; shape points at dims if it fits */
   PyObject *outputs[KEPT_OUTPUTS];  /* the last outputs, most recent first, or None */
   PyObject *prepared;               /* the PreparedRequest: the core's token and the memory request points to */
+  /* The call order (array_collectives.c): the name called after this one last time, and its entry (borrowed, good
+   * while named_allreduce_generation is next_generation). */
+  PyObject *next_name;
+  struct NamedAllreduce *next_entry;
+  uint64_t next_generation;
   int64_t dims[INLINE_DIMS];
 } NamedAllreduce;
 HOTPATH_INTERNAL extern PyTypeObject NamedAllreduceType;
+/* Bumped whenever a NamedAllreduce dies (and whenever the NumPy API's table of them may have changed): what
+ * array_collectives.c remembers of the call order holds them by borrowed reference, valid while it is unchanged. */
+HOTPATH_INTERNAL extern uint64_t named_allreduce_generation;
 
 /* request_objects.c: submit_request (a requests.Request filled in C) and its set-up at import. */
 HOTPATH_INTERNAL extern PyMethodDef request_object_functions[];

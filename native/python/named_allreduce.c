@@ -13,6 +13,8 @@
 #include <structmember.h>
 #include <string.h>
 
+uint64_t named_allreduce_generation = 1;
+
 static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *prepared;
   if (!PyArg_ParseTuple(args, "O!:NamedAllreduce", &PreparedRequestBaseType, &prepared)) return NULL;
@@ -27,6 +29,9 @@ static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
   }
   for (int i = 0; i < KEPT_OUTPUTS; ++i) self->outputs[i] = Py_NewRef(Py_None);
   self->prepared = Py_NewRef(prepared);
+  self->next_name = NULL;
+  self->next_entry = NULL;
+  self->next_generation = 0;
   return (PyObject *)self;
 }
 
@@ -39,11 +44,14 @@ static int named_traverse(NamedAllreduce *self, visitproc visit, void *arg) {
 static int named_clear(NamedAllreduce *self) {
   for (int i = 0; i < KEPT_OUTPUTS; ++i) Py_CLEAR(self->outputs[i]);
   Py_CLEAR(self->prepared);
+  Py_CLEAR(self->next_name);
+  self->next_generation = 0;
   self->request.ndim = 0; /* matches nothing any more: the memory request points to may be gone */
   return 0;
 }
 
 static void named_dealloc(NamedAllreduce *self) {
+  ++named_allreduce_generation; /* nothing may use it by borrowed reference any more */
   PyObject_GC_UnTrack(self);
   named_clear(self);
   Py_TYPE(self)->tp_free((PyObject *)self);

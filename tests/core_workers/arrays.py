@@ -1,8 +1,8 @@
 """The NumPy all-reduces made in C (native/python/array_collectives.c), on real MPI ranks: every dtype and the
 array layouts the C path hands to Python (strided, Fortran order, 0-d, lists, byte-swapped), names whose dtype,
 shape, op, scale factors or process set change between calls, Horovod's arguments bound by position and keyword,
-int handles (poll, synchronize twice, many in flight), errors on every rank (shapes that disagree, unsupported
-dtypes), grouped all-reduces whose members change, outputs recycled only when nobody holds them, the arena their
+int handles (poll, synchronize twice, many in flight), names in the last step's order or not (the C path's call
+order), errors on every rank (shapes that disagree, unsupported dtypes), grouped all-reduces whose members change, outputs recycled only when nobody holds them, the arena their
 memory comes from (packed, resizable, bounded), references that must not leak, and calls after shutdown.
 Every result is checked against a float64 reference.
 
@@ -16,7 +16,7 @@ import weakref
 import numpy as np
 
 import hvdlite as hvd
-from hvdlite import ops
+from hvdlite import _hotpath, ops
 from expectations import expect_error
 from reference import DTYPES, check_close, rank_input, reduce_reference
 
@@ -318,6 +318,44 @@ def check_output_arena(rank, size):
     assert mapped[1] <= 48 * 2 * 96_064 + 2 * (2 << 20), f"{mapped[1]} bytes of output chunks"
 
 
+def check_call_order(rank, size):
+    # The C path expects each name to follow the one that followed the last call's name before (array_collectives.c,
+    # the call order): steps in one order, in reverse, with one name's shape changed midway, with names rebuilt as
+    # new strings, and after every prepared entry is dropped must each reduce every tensor right. A step in a new
+    # order teaches it (its first name follows the last step's last), so the next such step finds all but the first.
+    names = [f"arrays.order.{i}" for i in range(6)]
+    shapes = {name: (5 + i,) for i, name in enumerate(names)}
+
+    def step(label, order, shape_of=shapes.get, name_of=lambda n: n):
+        seeds = {n: ("order", label, n) for n in order}
+        handles = [hvd.allreduce_async(rank_input("float32", shape_of(n), rank, "sum", seeds[n]), name=name_of(n),
+                                       op=hvd.Sum) for n in order]
+        for n, handle in zip(order, handles):
+            check_close(n, hvd.synchronize(handle), reference("float32", shape_of(n), "sum", size, seeds[n]),
+                        "float32", label)
+
+    def found_by_order(label, order, **changes):
+        before = _hotpath.found_by_call_order()
+        step(label, order, **changes)
+        return _hotpath.found_by_call_order() - before
+
+    for s in range(2):
+        step(f"in order {s}", names)
+    assert found_by_order("in order 2", names) == len(names) - 1, "a step in the last step's order must follow it"
+    assert found_by_order("reversed 0", names[::-1]) == 0, "a reversed step found entries by the old order"
+    assert found_by_order("reversed 1", names[::-1]) == len(names) - 1, "the reversed order was not learnt"
+    changed = dict(shapes, **{names[2]: (3, 2)})
+    step("one shape changed", names, changed.get)
+    step("shape back", names)
+    step("in order again", names)
+    step("names rebuilt", names, name_of=lambda n: "".join(list(n)))  # equal strings, other objects
+    ops._PREPARED_REQUESTS.clear()  # every entry the order refers to dies
+    assert found_by_order("after the entries were dropped", names) == 0, "the order used entries that died"
+    step("prepared again", names)
+    assert found_by_order("in order once more", names) == len(names) - 1, "the order was not learnt again"
+    assert found_by_order("in order, settled", names) == len(names), "a settled order must find every name"
+
+
 def check_no_leaks(rank, size):
     # The C path holds the input and the output until the handle is released, then lets both go (but for the
     # one reference of the slot that recycles it).
@@ -355,7 +393,7 @@ def main():
     rank, size = hvd.rank(), hvd.size()
     for check in (check_every_dtype_and_op, check_layouts, check_name_changes_between_calls, check_arguments,
                   check_int_handles, check_errors_on_every_rank, check_groups, check_recycled_outputs, check_output_arena,
-                  check_no_leaks,
+                  check_call_order, check_no_leaks,
                   check_after_shutdown):
         check(rank, size)
     print("WORKER OK", flush=True)
