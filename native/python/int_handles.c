@@ -81,11 +81,10 @@ static PyObject *track_entry(PyObject *entry) {
 }
 
 PyObject *submit_tracked(const hvdlite_request *request, PyObject *keepalive, PyObject *name, PyObject *result) {
-  const int64_t slot = free_slot(); /* first: a request never sits in the core without its int handle */
-  if (slot < 0) return NULL;
-  const hvdlite_handle id = enqueue_id(request);
+  const hvdlite_handle id = enqueue_id(request);  /* may run Python (dropped handles' memory is let go) */
   if (id < 0) return NULL;
-  PyObject *key = take_slot(slot, SLOT_INLINE);
+  const int64_t slot = free_slot();  /* then no Python runs until the slot is taken */
+  PyObject *key = slot < 0 ? NULL : take_slot(slot, SLOT_INLINE);
   if (key == NULL) {
     /* No int for it: nobody can synchronize it. Wait here rather than leave the core writing into result. */
     PyObject *type, *error, *traceback;
