@@ -109,14 +109,19 @@ static int wait_for(const hvdlite_handle *ids, int32_t count) {
   return code;
 }
 
+/* Waits for a core handle id: 0 once it succeeded, or -1 with its HvdliteError raised (name says which request). */
+static int wait_id(hvdlite_handle id, PyObject *name) {
+  if (wait_for(&id, 1) == 0) return 0;
+  raise_handle_error(id, name);
+  return -1;
+}
+
 int wait_one(CoreHandle *self) {
   if (self->id == RELEASED) {
     raise_released(self);
     return -1;
   }
-  if (wait_for(&self->id, 1) == 0) return 0;
-  raise_handle_error(self->id, self->name);
-  return -1;
+  return wait_id(self->id, self->name);
 }
 
 static PyObject *handle_wait(CoreHandle *self, PyObject *unused) {
@@ -147,8 +152,7 @@ static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
 
 int finish_id(hvdlite_handle id, PyObject *name) {
   if (hvdlite_release_if_succeeded(id) == 0) return 0;  /* finished well: released under one lock */
-  const int waited = wait_for(&id, 1) == 0 ? 0 : -1;
-  if (waited != 0) raise_handle_error(id, name);
+  const int waited = wait_id(id, name);
   hvdlite_release(id);
   return waited;
 }

@@ -27,8 +27,9 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
   for (const Prediction &prediction : predicted_) {
     const int32_t bit = prediction.bit;
     if (bit >= cache.capacity() || !cache.Used(bit)) continue;
-    const Request &spec = cache.Get(bit).spec;
-    const int64_t count = cache.Get(bit).Elements();
+    const Response &response = cache.Get(bit);
+    const Request &spec = response.spec;
+    const int64_t count = response.Elements();
     const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(spec.dtype));
     if (spec.collective != Collective::kAllreduce || offset + bytes > max_bytes) {
       // A predicted collective must go the normal way: the small ones ride its batch for free, while

@@ -39,7 +39,7 @@ class HandleTable {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 0; i < count; ++i) {
-        if (i + kPrefetchAhead < count) slots_.Prefetch(handles[i + kPrefetchAhead], /*write=*/true);
+        if (i + kPrefetchAhead < count) slots_.Prefetch(handles[i + kPrefetchAhead]);
         HandleState *state = Find(handles[i]);
         if (!state) continue;  // released before it finished
         fill(i, *state);

@@ -38,13 +38,15 @@ class ResponseCache {
 
   // Names put back after this cache evicted them, since it was made. Many of them mean that the job reduces more
   // tensors than the cache holds: least recently used eviction then drops each before its next use, and all of
-  // them take the slow path every time. True once, when the count first reaches ThrashThreshold().
+  // them take the slow path every time. True once, when the count first reaches ThrashThreshold(): half the
+  // capacity, 16 at least.
   bool CrossedThrashThreshold();
   int64_t returns() const { return returns_; }
-  int64_t ThrashThreshold() const { return std::max<int64_t>(16, capacity() / 2); }
   const std::string &last_returned() const { return last_returned_; }
 
  private:
+  int64_t ThrashThreshold() const { return std::max<int64_t>(16, capacity() / 2); }
+
   // A round reads every ready bit's stamp, then its response's error and size, then the request's scalars:
   // aligned, the first two lines (see Response).
   struct alignas(64) Slot {

@@ -44,15 +44,10 @@ class SlotTable {
     if (!slot.live || slot.generation != static_cast<uint64_t>(token) >> 32) return nullptr;
     return &slot.value;
   }
-  // Starts loading token's slot (no check: a hint for a loop that will Find it soon).
-  void Prefetch(int64_t token, bool write) const {
+  // Starts loading token's slot to be written (no check: a hint for a loop that will Find it soon).
+  void Prefetch(int64_t token) const {
     const uint32_t index = static_cast<uint32_t>(token & 0xffffffff);
-    if (index >= slots_.size()) return;
-    if (write) {
-      __builtin_prefetch(&slots_[index], 1);
-    } else {
-      __builtin_prefetch(&slots_[index], 0);
-    }
+    if (index < slots_.size()) __builtin_prefetch(&slots_[index], 1);
   }
   // Frees token's slot; its value is reset now (what it owned is freed now, not when the slot is reused).
   void Remove(int64_t token) {
