@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+# Multi-rank tests (harness/multirank.py) and the one set of checks every test uses (harness/checks.py).
+pytest_plugins = ["harness.multirank", "harness.checks"]
+
 VENV_BIN = os.path.dirname(sys.executable)
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 

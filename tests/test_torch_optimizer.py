@@ -7,10 +7,30 @@ import copy
 import time
 import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 
-from harness import Checks, hvd, rank_generator
+import hvdlite.torch as hvd
+from harness.seeds import rank_generator
+
+# HVDLITE_OVERLAP auto is "off" on a machine with no more cores than ranks (async work held until every rank
+# waits); "on" runs each gradient's all-reduce as soon as it is ready. Every test runs under both.
+pytestmark = [pytest.mark.ranks(2, 3),
+              # A rank that never submits turns into an error on every rank instead of a hang.
+              pytest.mark.hvd_env(HVDLITE_STALL_CHECK_TIME_SECONDS=15, HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=30)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started():
+    torch.set_num_threads(1)
+    hvd.init()
+
+
+@pytest.fixture(autouse=True, params=[pytest.param(mode, marks=pytest.mark.hvd_env(HVDLITE_OVERLAP=mode), id=f"overlap {mode}")
+                                      for mode in ("auto", "on")])
+def overlap(request):
+    return request.param
 
 STEPS = 4
 BATCH = 4  # rows per rank
@@ -36,15 +56,15 @@ def params_of(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def same_on_every_rank(c, label, tensors):
+def same_on_every_rank(checks, label, tensors):
     gathered = hvd.allgather_object([t.detach().cpu() for t in tensors])
     ok = all(all(torch.equal(a, b) for a, b in zip(gathered[0], other)) for other in gathered[1:])
-    c.check(f"{label}: bitwise identical on every rank", ok)
+    checks.true(f"{label}: bitwise identical on every rank", ok)
 
 
-def close_params(c, label, got, want, tol=1e-12):
+def close_params(checks, label, got, want, tol=1e-12):
     for i, (a, b) in enumerate(zip(got, want)):
-        c.close(a, b, f"{label}: parameter {i} equals the single-process run", rtol=tol, atol=tol)
+        checks.close(f"{label}: parameter {i} equals the single-process run", a, b, rtol=tol, atol=tol)
 
 
 def train_reference(model, optimizer, steps=STEPS, clip=None, dtype=torch.float64):
@@ -77,28 +97,23 @@ OPTIMIZERS = {
 }
 
 
-def check_wrapping(c):
+def test_wrapping_keeps_the_class_and_refuses_bad_arguments(checks):
     model = mlp()
     base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
     opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
-    c.check("returns an optimizer of the wrapped class", isinstance(opt, torch.optim.SGD))
-    c.check("keeps the class name", type(opt).__name__ == "SGD", type(opt).__name__)
-    c.check("keeps hyper-parameters", opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["momentum"] == 0.5)
+    checks.true("returns an optimizer of the wrapped class", isinstance(opt, torch.optim.SGD))
+    checks.true("keeps the class name", type(opt).__name__ == "SGD", type(opt).__name__)
+    checks.true("keeps hyper-parameters", opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["momentum"] == 0.5)
     named = list(model.named_parameters())
-    c.raises("duplicate names raise ValueError", ValueError, hvd.DistributedOptimizer,
-             torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[("w", p) for _, p in named])
-    c.raises("missing names raise ValueError", ValueError, hvd.DistributedOptimizer,
-             torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named[:-1])
-    c.raises("names that are not tuples raise ValueError", ValueError, hvd.DistributedOptimizer,
-             torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[p for _, p in named])
-    c.raises("Adasum raises NotImplementedError", NotImplementedError, hvd.DistributedOptimizer,
-             torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
-    c.raises("wrapping twice raises ValueError", ValueError, hvd.DistributedOptimizer, opt)
-    c.raises("predivide with Sum raises ValueError", ValueError, hvd.DistributedOptimizer,
-             torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
+    checks.raises("duplicate names raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[("w", p) for _, p in named])
+    checks.raises("missing names raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named[:-1])
+    checks.raises("names that are not tuples raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[p for _, p in named])
+    checks.raises("Adasum raises NotImplementedError", NotImplementedError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    checks.raises("wrapping twice raises ValueError", ValueError, hvd.DistributedOptimizer, opt)
+    checks.raises("predivide with Sum raises ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
 
 
-def check_equivalence(c):
+def test_training_equals_one_process_on_the_whole_batch(checks):
     for label, make in OPTIMIZERS.items():
         ref_model = mlp()
         want = train_reference(ref_model, make(ref_model.parameters()))
@@ -111,8 +126,8 @@ def check_equivalence(c):
         ref_model = mlp(seed=10)
         want = train_reference(ref_model, make(ref_model.parameters()))
         got = train_distributed(model, opt)
-        same_on_every_rank(c, f"{label} after {STEPS} steps", got)
-        close_params(c, f"{label} after {STEPS} steps", got, want)
+        same_on_every_rank(checks, f"{label} after {STEPS} steps", got)
+        close_params(checks, f"{label} after {STEPS} steps", got, want)
     # an LR scheduler created before wrapping keeps working on the wrapped optimizer
     ref_model = mlp()
     ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.2, momentum=0.9)
@@ -130,8 +145,8 @@ def check_equivalence(c):
                 nn.functional.mse_loss(m(xs), ys).backward()
                 o.step()
                 s.step()
-    c.check("scheduler built before wrapping drives the wrapped lr", opt.param_groups[0]["lr"] == 0.2 * 0.5 ** STEPS)
-    close_params(c, "LR scheduler created before wrapping", params_of(model), params_of(ref_model))
+    checks.true("scheduler built before wrapping drives the wrapped lr", opt.param_groups[0]["lr"] == 0.2 * 0.5 ** STEPS)
+    close_params(checks, "LR scheduler created before wrapping", params_of(model), params_of(ref_model))
     # accumulation over two backward passes per step
     ref_model = mlp()
     want = train_reference(ref_model, OPTIMIZERS["Adam"](ref_model.parameters()))
@@ -139,16 +154,14 @@ def check_equivalence(c):
     opt = hvd.DistributedOptimizer(OPTIMIZERS["Adam"](model.parameters()),
                                    named_parameters=model.named_parameters(), backward_passes_per_step=2)
     got = train_distributed(model, opt, passes=2)
-    same_on_every_rank(c, "backward_passes_per_step=2", got)
-    close_params(c, "backward_passes_per_step=2", got, want)
+    same_on_every_rank(checks, "backward_passes_per_step=2", got)
+    close_params(checks, "backward_passes_per_step=2", got, want)
     x, y = global_batch(STEPS)
     opt.zero_grad()
     nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
-    c.check("backward_passes_per_step=2: nothing is sent after the first pass", opt._in_flight() == 0,
-            str(opt._in_flight()))
+    checks.true("backward_passes_per_step=2: nothing is sent after the first pass", opt._in_flight() == 0, str(opt._in_flight()))
     nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
-    c.check("backward_passes_per_step=2: every gradient is in flight after the second pass",
-            opt._in_flight() == len(list(model.parameters())), str(opt._in_flight()))
+    checks.true("backward_passes_per_step=2: every gradient is in flight after the second pass", opt._in_flight() == len(list(model.parameters())), str(opt._in_flight()))
     opt.step()
     # grouped all-reduces and the op/predivide variants give the same training
     variants = {
@@ -167,8 +180,8 @@ def check_equivalence(c):
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
                                        named_parameters=model.named_parameters(), **kwargs)
         got = train_distributed(model, opt)
-        same_on_every_rank(c, label, got)
-        close_params(c, label, got, want, tol=1e-10)
+        same_on_every_rank(checks, label, got)
+        close_params(checks, label, got, want, tol=1e-10)
     # compression: close to the float32 reference, identical on every rank
     for comp, tol in ((hvd.Compression.fp16, 2e-3), (hvd.Compression.bf16, 2e-2)):
         ref_model = mlp(dtype=torch.float32)
@@ -177,11 +190,11 @@ def check_equivalence(c):
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        named_parameters=model.named_parameters(), compression=comp)
         got = train_distributed(model, opt, dtype=torch.float32)
-        same_on_every_rank(c, f"compression {comp.__name__}", got)
-        close_params(c, f"compression {comp.__name__}", got, want, tol=tol)
+        same_on_every_rank(checks, f"compression {comp.__name__}", got)
+        close_params(checks, f"compression {comp.__name__}", got, want, tol=tol)
 
 
-def check_synchronize_and_clip(c):
+def test_synchronize_then_clip_before_step(checks):
     ref_model = mlp()
     want = train_reference(ref_model, torch.optim.SGD(ref_model.parameters(), lr=0.1), clip=0.05)
     model = mlp()
@@ -196,8 +209,8 @@ def check_synchronize_and_clip(c):
         with opt.skip_synchronize():
             opt.step()
     got = params_of(model)
-    same_on_every_rank(c, "synchronize + clip + skip_synchronize", got)
-    close_params(c, "synchronize + clip + skip_synchronize", got, want)
+    same_on_every_rank(checks, "synchronize + clip + skip_synchronize", got)
+    close_params(checks, "synchronize + clip + skip_synchronize", got, want)
     # step() right after synchronize() warns and does not reduce twice (op=Sum would double the gradient)
     model = mlp()
     ref = mlp()
@@ -210,11 +223,11 @@ def check_synchronize_and_clip(c):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         opt.step()
-    c.check("step() after synchronize() warns", any("skip_synchronize" in str(w.message) for w in caught))
-    close_params(c, "step() after synchronize() does not reduce twice", params_of(model), want)
+    checks.true("step() after synchronize() warns", any("skip_synchronize" in str(w.message) for w in caught))
+    close_params(checks, "step() after synchronize() does not reduce twice", params_of(model), want)
 
 
-def check_unused_and_zero_grad(c):
+def test_unused_parameters_and_zero_grad_misuse(checks):
     rank, size = hvd.rank(), hvd.size()
 
     class TwoHeads(nn.Module):
@@ -247,27 +260,26 @@ def check_unused_and_zero_grad(c):
         total.backward()
         ref_opt.step()
     got = params_of(model)
-    same_on_every_rank(c, "unused parameters", got)
-    close_params(c, "unused parameters", got, params_of(ref))
-    c.check("a parameter no rank uses is unchanged", torch.equal(model.never.weight, never_before))
+    same_on_every_rank(checks, "unused parameters", got)
+    close_params(checks, "unused parameters", got, params_of(ref))
+    checks.true("a parameter no rank uses is unchanged", torch.equal(model.never.weight, never_before))
     # zero_grad() between backward() and step() is refused on every rank, and training can go on
     x, y = global_batch(0)
     nn.functional.mse_loss(model(shard(x), use_b=True), shard(y)).backward()
-    error = c.raises("zero_grad() between backward() and step() raises", AssertionError, opt.zero_grad)
-    c.check("the error says why", error is not None and "before optimizer.step()" in str(error), str(error))
+    error = checks.raises("zero_grad() between backward() and step() raises", AssertionError, opt.zero_grad)
+    checks.true("the error says why", error is not None and "before optimizer.step()" in str(error), str(error))
     opt.step()
     opt.zero_grad()
-    c.check("zero_grad() after step() works", all(p.grad is None for p in model.parameters()))
+    checks.true("zero_grad() after step() works", all(p.grad is None for p in model.parameters()))
     # too many backward passes before step() is refused too
     nn.functional.mse_loss(model(shard(x), use_b=True), shard(y)).backward()
-    c.raises("a second backward() before step() raises", AssertionError,
-             lambda: nn.functional.mse_loss(model(shard(x), use_b=True), shard(y)).backward())
+    checks.raises("a second backward() before step() raises", AssertionError, lambda: nn.functional.mse_loss(model(shard(x), use_b=True), shard(y)).backward())
     opt.synchronize()
     with opt.skip_synchronize():
         opt.step()
 
 
-def check_sparse(c):
+def test_sparse_gradients_match_dense(checks):
     size = hvd.size()
 
     def model_of(sparse):
@@ -295,11 +307,11 @@ def check_sparse(c):
             nn.functional.mse_loss(forward(model, shard(ids)), shard(target)).backward()
             opt.step()
         got = params_of(model)
-        same_on_every_rank(c, f"sparse gradients, sparse_as_dense={sparse_as_dense}", got)
-        close_params(c, f"sparse gradients, sparse_as_dense={sparse_as_dense}", got, params_of(ref))
+        same_on_every_rank(checks, f"sparse gradients, sparse_as_dense={sparse_as_dense}", got)
+        close_params(checks, f"sparse gradients, sparse_as_dense={sparse_as_dense}", got, params_of(ref))
 
 
-def check_join(c):
+def test_join_with_uneven_data(checks):
     """Uneven data: rank r trains 2 + r steps, then joins; joined ranks count as zero gradients (the average
     still divides by the job's size); the last rank to join then broadcasts its parameters."""
     rank, size = hvd.rank(), hvd.size()
@@ -312,7 +324,7 @@ def check_join(c):
         nn.functional.mse_loss(model(shard(x)), shard(y)).backward()
         opt.step()
     last = hvd.join()
-    c.check("join returns the last rank to join", last == size - 1, repr(last))
+    checks.true("join returns the last rank to join", last == size - 1, repr(last))
     hvd.broadcast_parameters(model.state_dict(), root_rank=last)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(2 + size - 1):
@@ -323,11 +335,11 @@ def check_join(c):
         total.backward()
         ref_opt.step()
     got = params_of(model)
-    same_on_every_rank(c, "uneven steps with join", got)
-    close_params(c, "uneven steps with join", got, params_of(ref))
+    same_on_every_rank(checks, "uneven steps with join", got)
+    close_params(checks, "uneven steps with join", got, params_of(ref))
 
 
-def check_overlap(c):
+def test_gradient_allreduce_overlaps_backward(checks):
     """The last layer's all-reduce starts, and finishes, while backward is still computing earlier layers."""
     record = {}
 
@@ -358,15 +370,14 @@ def check_overlap(c):
     out = model[4](model[3](model[2](h)))
     nn.functional.mse_loss(out, shard(y)).backward()
     t_end = time.time()
-    c.check("the last layer's all-reduce was submitted during backward", record.get("last_submitted"), record)
-    c.check("the first layer's gradient was not ready yet then", record.get("first_submitted") is False, record)
-    c.check("the last layer's all-reduce completed before backward finished",
-            record.get("last_done_during_backward") and record["t_done"] < t_end, record)
+    checks.true("the last layer's all-reduce was submitted during backward", record.get("last_submitted"), record)
+    checks.true("the first layer's gradient was not ready yet then", record.get("first_submitted") is False, record)
+    checks.true("the last layer's all-reduce completed before backward finished", record.get("last_done_during_backward") and record["t_done"] < t_end, record)
     opt.step()
-    same_on_every_rank(c, "after the overlapped step", params_of(model))
+    same_on_every_rank(checks, "after the overlapped step", params_of(model))
 
 
-def check_timeline(c):
+def test_timeline_names_gradients_by_parameter(checks):
     """A timeline started at run time records the gradients' all-reduces under their parameter names."""
     import json
     import os
@@ -390,24 +401,24 @@ def check_timeline(c):
         events = events["traceEvents"] if isinstance(events, dict) else events
         text = json.dumps(events)
         for name, _ in model.named_parameters():
-            c.check(f"timeline has the all-reduce of {name}", f"DistributedOptimizer.{name}" in text)
+            checks.true(f"timeline has the all-reduce of {name}", f"DistributedOptimizer.{name}" in text)
         os.remove(path)
 
 
-def check_broadcasts(c):
+def test_broadcast_parameters_and_optimizer_state(checks):
     rank, size = hvd.rank(), hvd.size()
     root = size - 1
     model = mlp(seed=rank)
     hvd.broadcast_parameters(model.state_dict(), root_rank=root)
-    close_params(c, "broadcast_parameters(state_dict)", params_of(model), params_of(mlp(seed=root)), tol=0)
+    close_params(checks, "broadcast_parameters(state_dict)", params_of(model), params_of(mlp(seed=root)), tol=0)
     model = mlp(seed=rank)
     hvd.broadcast_parameters(model.named_parameters(), root_rank=0)
-    close_params(c, "broadcast_parameters(named_parameters)", params_of(model), params_of(mlp(seed=0)), tol=0)
+    close_params(checks, "broadcast_parameters(named_parameters)", params_of(model), params_of(mlp(seed=0)), tol=0)
     bn = nn.BatchNorm1d(3)
     bn.running_mean.fill_(rank)
     bn.num_batches_tracked.fill_(rank + 7)
     hvd.broadcast_parameters(bn.state_dict(), root_rank=root)
-    c.check("broadcast_parameters covers buffers", float(bn.running_mean[0]) == root
+    checks.true("broadcast_parameters covers buffers", float(bn.running_mean[0]) == root
             and int(bn.num_batches_tracked) == root + 7)
 
     # optimizer state that exists only on the root (it stepped; the others are fresh, with other settings)
@@ -427,44 +438,39 @@ def check_broadcasts(c):
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     group = opt.param_groups[0]
-    c.check("scalar hyper-parameters come from the root",
-            group["lr"] == 0.01 and tuple(group["betas"]) == (0.8, 0.9) and group["weight_decay"] == 0.1,
-            str({k: group[k] for k in ("lr", "betas", "weight_decay")}))
+    checks.true("scalar hyper-parameters come from the root", group["lr"] == 0.01 and tuple(group["betas"]) == (0.8, 0.9) and group["weight_decay"] == 0.1, str({k: group[k] for k in ("lr", "betas", "weight_decay")}))
     state = [opt.state[p] for p in model.parameters()]
     want = [root_opt.state[p] for p in root_model.parameters()]
-    c.check("state created on ranks that had none", all(len(s) == 3 for s in state), str([len(s) for s in state]))
+    checks.true("state created on ranks that had none", all(len(s) == 3 for s in state), str([len(s) for s in state]))
     for i, (s, w) in enumerate(zip(state, want)):
         for key in ("step", "exp_avg", "exp_avg_sq"):
-            c.close(s[key], w[key], f"optimizer state {key} of parameter {i} is the root's")
+            checks.close(f"optimizer state {key} of parameter {i} is the root's", s[key], w[key])
     got = train_distributed(model, opt, steps=2, first=2)
-    same_on_every_rank(c, "training after broadcast_optimizer_state", got)
+    same_on_every_rank(checks, "training after broadcast_optimizer_state", got)
     ref_model, ref_opt = stepped_adam(0)
     for step in range(2, 4):
         x, yy = global_batch(step)
         ref_opt.zero_grad()
         nn.functional.mse_loss(ref_model(x), yy).backward()
         ref_opt.step()
-    close_params(c, "training after broadcast_optimizer_state", got, params_of(ref_model))
+    close_params(checks, "training after broadcast_optimizer_state", got, params_of(ref_model))
 
     # no state anywhere yet: only hyper-parameters travel; every rank stays stateless and equal
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1 * (rank + 1), momentum=0.9 if rank == 0 else 0.1)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
-    c.check("fresh optimizer: lr and momentum from the root",
-            opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["momentum"] == 0.9)
-    c.check("fresh optimizer stays without state", len(opt.state) == 0)
+    checks.true("fresh optimizer: lr and momentum from the root", opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["momentum"] == 0.9)
+    checks.true("fresh optimizer stays without state", len(opt.state) == 0)
     # parameter groups that differ between ranks: every rank raises ValueError
     model = mlp()
     params = list(model.parameters())
     opt = torch.optim.SGD(params if rank == 0 else params[:-1], lr=0.1)
-    c.raises("different parameter groups raise ValueError on every rank", ValueError,
-             hvd.broadcast_optimizer_state, opt, 0)
+    checks.raises("different parameter groups raise ValueError on every rank", ValueError, hvd.broadcast_optimizer_state, opt, 0)
     # objects
-    c.check("broadcast_object of a lambda (cloudpickle)",
-            hvd.broadcast_object((lambda v: v + rank) if rank == 0 else None)(1) == 1)
+    checks.true("broadcast_object of a lambda (cloudpickle)", hvd.broadcast_object((lambda v: v + rank) if rank == 0 else None)(1) == 1)
 
 
-def check_sync_batch_norm(c):
+def test_sync_batch_norm_matches_whole_batch_statistics(checks):
     rank, size = hvd.rank(), hvd.size()
     rows = [r + 2 for r in range(size)]  # uneven batches exercise the exact combination of statistics
     start = sum(rows[:rank])
@@ -486,36 +492,19 @@ def check_sync_batch_norm(c):
         sync.zero_grad()
         y = sync(x)
         (y * w_all[start:start + rows[rank]]).sum().backward()
-        c.close(y, y_ref[start:start + rows[rank]], f"SyncBatchNorm output step {step}", 1e-10, 1e-10)
-        c.close(x.grad, xr.grad[start:start + rows[rank]], f"SyncBatchNorm input gradient step {step}",
-                1e-10, 1e-10)
-        c.close(hvd.allreduce(sync.weight.grad, op=hvd.Sum), ref.weight.grad,
-                f"SyncBatchNorm weight gradient summed over ranks step {step}", 1e-10, 1e-10)
-        c.close(hvd.allreduce(sync.bias.grad, op=hvd.Sum), ref.bias.grad,
-                f"SyncBatchNorm bias gradient summed over ranks step {step}", 1e-10, 1e-10)
+        checks.close(f"SyncBatchNorm output step {step}", y, y_ref[start:start + rows[rank]], 1e-10, 1e-10)
+        checks.close(f"SyncBatchNorm input gradient step {step}", x.grad, xr.grad[start:start + rows[rank]], 1e-10, 1e-10)
+        checks.close(f"SyncBatchNorm weight gradient summed over ranks step {step}", hvd.allreduce(sync.weight.grad, op=hvd.Sum), ref.weight.grad, 1e-10, 1e-10)
+        checks.close(f"SyncBatchNorm bias gradient summed over ranks step {step}", hvd.allreduce(sync.bias.grad, op=hvd.Sum), ref.bias.grad, 1e-10, 1e-10)
         ref.weight.grad = None
         ref.bias.grad = None
-    c.close(sync.running_mean, ref.running_mean, "SyncBatchNorm running mean", 1e-12, 1e-12)
-    c.close(sync.running_var, ref.running_var, "SyncBatchNorm running var", 1e-12, 1e-12)
+    checks.close("SyncBatchNorm running mean", sync.running_mean, ref.running_mean, 1e-12, 1e-12)
+    checks.close("SyncBatchNorm running var", sync.running_var, ref.running_var, 1e-12, 1e-12)
     sync.eval()
     ref.eval()
-    c.close(sync(x_all[:2]), ref(x_all[:2]), "SyncBatchNorm eval uses running statistics", 1e-12, 1e-12)
+    checks.close("SyncBatchNorm eval uses running statistics", sync(x_all[:2]), ref(x_all[:2]), 1e-12, 1e-12)
     bn1 = hvd.SyncBatchNorm(4).double()
     v = torch.randn(3, 4, generator=rank_generator(rank, 3), dtype=torch.float64)
     everyone = torch.cat([torch.randn(3, 4, generator=rank_generator(r, 3), dtype=torch.float64)
                           for r in range(size)])
-    c.close(bn1(v), nn.BatchNorm1d(4).double()(everyone)[3 * rank:3 * rank + 3], "SyncBatchNorm on (N, C)",
-            1e-10, 1e-10)
-
-
-def main():
-    hvd.init()
-    c = Checks()
-    for section in (check_wrapping, check_equivalence, check_synchronize_and_clip, check_unused_and_zero_grad,
-                    check_sparse, check_join, check_overlap, check_timeline, check_broadcasts, check_sync_batch_norm):
-        c.run(section)
-    c.finish()
-
-
-if __name__ == "__main__":
-    main()
+    checks.close("SyncBatchNorm on (N, C)", bn1(v), nn.BatchNorm1d(4).double()(everyone)[3 * rank:3 * rank + 3], 1e-10, 1e-10)

@@ -2,10 +2,15 @@
 one-rank job (where every collective is the identity and DistributedOptimizer is the plain optimizer)."""
 import inspect
 
+import pytest
 import torch
 import torch.nn as nn
 
-from harness import Checks, hvd
+import hvdlite.torch as hvd
+
+# One rank: every collective is the identity and DistributedOptimizer is the plain optimizer. The tests run in
+# file order in one process: the surface and the errors before init() come first.
+pytestmark = pytest.mark.ranks(1)
 
 NAMES = """init shutdown is_initialized size rank local_size local_rank cross_size cross_rank is_homogeneous
 mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built cuda_built rocm_built
@@ -56,39 +61,40 @@ def resolve(default):
     return default
 
 
-def check_surface(c):
+def test_horovod_names_signatures_and_defaults(checks):
     for name in NAMES:
-        c.check(f"hvdlite.torch.{name} exists", hasattr(hvd, name))
+        checks.true(f"hvdlite.torch.{name} exists", hasattr(hvd, name))
     for function, expected in SIGNATURES.items():
         params = list(inspect.signature(getattr(hvd, function)).parameters.values())
         got = [(p.name, p.default) for p in params[:len(expected)]]
         want = [(n, resolve(d)) for n, d in expected]
-        c.check(f"signature of {function}", got == want, f"{got} != {want}")
-    c.check("HorovodInternalError is a RuntimeError", issubclass(hvd.HorovodInternalError, RuntimeError))
-    c.check("reduce ops are Horovod's numbers", (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product)
+        checks.true(f"signature of {function}", got == want, f"{got} != {want}")
+    checks.true("HorovodInternalError is a RuntimeError", issubclass(hvd.HorovodInternalError, RuntimeError))
+    checks.true("reduce ops are Horovod's numbers", (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product)
             == (0, 1, 2, 3, 4, 5))
     x = torch.tensor([1.5, -2.0], dtype=torch.float64)
     for comp, dtype in ((hvd.Compression.fp16, torch.float16), (hvd.Compression.bf16, torch.bfloat16)):
         wire, ctx = comp.compress(x)
-        c.check(f"{comp.__name__} sends {dtype}", wire.dtype == dtype)
-        c.check(f"{comp.__name__} restores float64", torch.equal(comp.decompress(wire, ctx), x))
+        checks.true(f"{comp.__name__} sends {dtype}", wire.dtype == dtype)
+        checks.true(f"{comp.__name__} restores float64", torch.equal(comp.decompress(wire, ctx), x))
         ints = torch.tensor([3])
-        c.check(f"{comp.__name__} leaves ints", comp.compress(ints)[0] is ints)
+        checks.true(f"{comp.__name__} leaves ints", comp.compress(ints)[0] is ints)
 
 
-def check_before_init(c):
-    c.raises("rank() before init raises ValueError", ValueError, hvd.rank)
-    c.check("is_initialized() is False before init", hvd.is_initialized() is False)
-    c.raises("allreduce before init raises", (ValueError, RuntimeError), hvd.allreduce, torch.ones(2))
+def test_calls_before_init_raise_value_error(checks):
+    checks.raises("rank() before init raises ValueError", ValueError, hvd.rank)
+    checks.true("is_initialized() is False before init", hvd.is_initialized() is False)
+    checks.raises("allreduce before init raises", (ValueError, RuntimeError), hvd.allreduce, torch.ones(2))
 
 
-def check_one_rank(c):
+def test_a_one_rank_job_is_the_identity(checks):
+    hvd.init()
     x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
-    c.check("allreduce on one rank", torch.equal(hvd.allreduce(x), x))
-    c.check("allgather on one rank", torch.equal(hvd.allgather(x), x))
-    c.check("broadcast on one rank", torch.equal(hvd.broadcast(x, 0), x))
-    c.check("alltoall on one rank", torch.equal(hvd.alltoall(x), x))
-    c.check("reducescatter on one rank", torch.equal(hvd.reducescatter(x, op=hvd.Sum), x))
+    checks.true("allreduce on one rank", torch.equal(hvd.allreduce(x), x))
+    checks.true("allgather on one rank", torch.equal(hvd.allgather(x), x))
+    checks.true("broadcast on one rank", torch.equal(hvd.broadcast(x, 0), x))
+    checks.true("alltoall on one rank", torch.equal(hvd.alltoall(x), x))
+    checks.true("reducescatter on one rank", torch.equal(hvd.reducescatter(x, op=hvd.Sum), x))
     torch.manual_seed(0)
     model = nn.Linear(3, 2).double()
     ref = nn.Linear(3, 2).double()
@@ -102,19 +108,5 @@ def check_one_rank(c):
             o.zero_grad()
             m(data).pow(2).mean().backward()
             o.step()
-    c.check("DistributedOptimizer on one rank equals the plain optimizer",
-            all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters())))
-    c.check("no CUDA initialised by the adapter", not torch.cuda.is_initialized())
-
-
-def main():
-    c = Checks()
-    c.run(check_surface)
-    c.run(check_before_init)
-    hvd.init()
-    c.run(check_one_rank)
-    c.finish()
-
-
-if __name__ == "__main__":
-    main()
+    checks.true("DistributedOptimizer on one rank equals the plain optimizer", all(torch.equal(a, b) for a, b in zip(model.parameters(), ref.parameters())))
+    checks.true("no CUDA initialised by the adapter", not torch.cuda.is_initialized())
