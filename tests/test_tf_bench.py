@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tf_workers.launch import ROOT, run
+from harness.processes import ROOT, run
 
 
 @pytest.mark.timeout(300)

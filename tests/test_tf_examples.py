@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tf_workers.launch import ROOT, run, tool
+from harness.processes import ROOT, run, venv_tool
 
 # Fewer epochs than the examples' defaults keep the suite short; both sizes still converge (~97%).
 SETTINGS = ["--epochs", "15", "--batch-size", "32"]
@@ -13,7 +13,7 @@ SETTINGS = ["--epochs", "15", "--batch-size", "32"]
 
 def run_example(script, nranks, tmp_path):
     result_file = tmp_path / f"{os.path.basename(script)}.{nranks}.json"
-    command = [tool("hvdliterun"), "-np", str(nranks), sys.executable, os.path.join(ROOT, "examples", script),
+    command = [venv_tool("hvdliterun"), "-np", str(nranks), sys.executable, os.path.join(ROOT, "examples", script),
                *SETTINGS, "--json", str(result_file)]
     returncode, output = run(command, timeout=200)
     assert returncode == 0, output[-6000:]

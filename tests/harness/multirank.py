@@ -196,7 +196,8 @@ class Job:
         command = [mpiexec(), "-n", str(self.size), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:timeout",
                    *[item.nodeid for item in pending]]
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **self.env)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env.update(self.env)
         env.update({JOB_SIZE: str(self.size), JOB_RESULTS: results})
         started = time.monotonic()
         with open(log_path, "w") as log:
