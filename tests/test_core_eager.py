@@ -1,31 +1,151 @@
-"""The eager path: repeated small all-reduces completed by the negotiation round itself, on 2 and 3 real
-MPI ranks, checked against float64 references (see core_workers/eager.py); and the same job with it off."""
+"""All-reduces that repeat round after round, so the eager path (native/src/eager_allreduce.h) carries
+them inside the negotiation round, checked on every rank against float64 references; with missed
+predictions (a late rank), a reshaped tensor, a joined rank and a process set; under three settings, and the
+timeline shows how many rounds went eager under each.
+"""
+import json
 import os
+import time
 
+import numpy as np
 import pytest
 
-from conftest import TESTS_DIR, assert_ran_ok, run_mpi
+import hvdlite as hvd
+from harness.reference import DTYPES, check_close, rank_input, reduce_reference
 
-WORKER = os.path.join(TESTS_DIR, "core_workers", "eager.py")
-
-
-def _env(tmp_path, **extra):
-    return dict({"PYTHONPATH": os.path.join(TESTS_DIR, "core_workers"),
-                 "HVDLITE_TIMELINE": str(tmp_path / "trace.json"),
-                 "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "20"}, **extra)
-
-
-@pytest.mark.parametrize("nranks", [2, 3])
-def test_repeated_allreduces_go_eager_and_match_reference(tmp_path, nranks):
-    assert_ran_ok(run_mpi(nranks, WORKER, "eager", "eager", env=_env(tmp_path)), nranks)
-
-
-def test_eager_with_a_tiny_cache_and_payload(tmp_path):
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+REPEATS = 6
+# What the timeline must show: "most" predictable rounds went eager, "some" did, or "none".
+SETTINGS = {
+    "eager": ("most", {}),
     # Evictions reassign planned bits; a 64-byte payload fits only the smallest tensors' rounds.
-    env = _env(tmp_path, HVDLITE_CACHE_CAPACITY="4", HVDLITE_EAGER_MAX_BYTES="64")
-    result = run_mpi(3, WORKER, "tiny", "eager-some", env=env)
-    assert_ran_ok(result, 3)
+    "tiny cache and payload": ("some", dict(HVDLITE_CACHE_CAPACITY=4, HVDLITE_EAGER_MAX_BYTES=64)),
+    "eager off": ("none", dict(HVDLITE_EAGER_MAX_BYTES=0)),
+}
+pytestmark = [pytest.mark.ranks(2, 3),
+              pytest.mark.hvd_env(HVDLITE_TIMELINE="{shared}/trace.json", HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20)]
 
 
-def test_eager_off_gives_the_same_results(tmp_path):
-    assert_ran_ok(run_mpi(2, WORKER, "off", "no-eager", env=_env(tmp_path, HVDLITE_EAGER_MAX_BYTES="0")), 2)
+@pytest.fixture(scope="module", autouse=True,
+                params=[pytest.param(name, marks=pytest.mark.hvd_env(**env), id=name)
+                        for name, (_, env) in SETTINGS.items()])
+def setting(request):
+    hvd.init()
+    return request.param
+
+
+def same_bytes_everywhere(array, what):
+    everyone = hvd.allgather_object(np.ascontiguousarray(array).tobytes())
+    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
+
+
+def test_repeated():
+    rank, size = hvd.rank(), hvd.size()
+    # One name, synchronous, again and again: from the third round on it is predicted and rides along.
+    for dtype in DTYPES:
+        for op_name, op in OPS.items():
+            for n in (1, 13, 1000):
+                floating = dtype.startswith("float") or dtype == "bfloat16"
+                scales = (0.5, 3.0) if floating and n == 13 and op_name == "sum" else (1.0, 1.0)
+                name = f"eager.{dtype}.{op_name}.{n}"
+                for step in range(REPEATS):
+                    x = rank_input(dtype, (n,), rank, op_name, (name, step))
+                    got = hvd.allreduce(x, name=name, op=op, prescale_factor=scales[0], postscale_factor=scales[1])
+                    inputs = [rank_input(dtype, (n,), r, op_name, (name, step)) for r in range(size)]
+                    check_close(name, got, reduce_reference(inputs, op_name, *scales), dtype, f"step {step}")
+                same_bytes_everywhere(got, name)
+
+
+def run_burst(rank, size, shapes):
+    for step in range(8):
+        handles = []
+        for name, shape in shapes.items():
+            dtype = "int32" if name.endswith(".d") else "float32"
+            x = rank_input(dtype, shape, rank, "sum", (name, step))
+            handles.append((name, dtype, shape, hvd.allreduce_async(x, name=name, op=hvd.Sum)))
+        for name, dtype, shape, handle in handles:
+            got = hvd.synchronize(handle)
+            inputs = [rank_input(dtype, shape, r, "sum", (name, step)) for r in range(size)]
+            assert got.shape == shape
+            check_close(name, got, reduce_reference(inputs, "sum"), dtype, f"burst step {step}")
+
+
+def test_burst():
+    rank, size = hvd.rank(), hvd.size()
+    # Several tensors per round that fit the payload together: they share it, each at its offset.
+    run_burst(rank, size, {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.d": (7,)})
+    # One of them too big for the payload: that round runs a fused all-reduce anyway, and all of them join it.
+    run_burst(rank, size, {"big.a": (10,), "big.b": (3, 100), "big.c": (3000,), "big.big": (20000,), "big.d": (7,)})
+
+
+def test_late_rank():
+    rank, size = hvd.rank(), hvd.size()
+    # The last rank is late now and then: the others' rounds predict the tensor but it is not ready
+    # everywhere, so those rounds discard the payload and the tensor goes the normal way.
+    for step in range(24):
+        if rank == size - 1 and step % 4 == 2:
+            time.sleep(0.005)
+        x = np.full(33, float(rank * 100 + step))
+        got = hvd.allreduce(x, name="late", op=hvd.Sum)
+        expected = sum(r * 100 + step for r in range(size))
+        assert np.array_equal(got, np.full(33, float(expected))), (step, got[:3])
+
+
+def test_reshaped():
+    rank, size = hvd.rank(), hvd.size()
+    # The same name with a new shape: the cached agreement (and the slot planned for it) is dropped.
+    for step in range(10):
+        n = 10 if step < 5 else 12
+        got = hvd.allreduce(np.arange(n, dtype=np.float64) * (rank + 1), name="reshaped", op=hvd.Sum)
+        assert np.array_equal(got, np.arange(n) * sum(range(1, size + 1))), (step, got)
+
+
+def test_join():
+    rank, size = hvd.rank(), hvd.size()
+    # The last rank joins early; its eager slots contribute zeros.
+    steps = 3 if rank == size - 1 else 9
+    for step in range(steps):
+        got = hvd.allreduce(np.full(5, float(rank + 1)), name="joined.sum", op=hvd.Sum)
+        ranks = range(size) if step < 3 else range(size - 1)
+        assert np.array_equal(got, np.full(5, float(sum(r + 1 for r in ranks)))), (step, got)
+    assert hvd.join() >= 0
+
+
+def test_process_set():
+    rank, size = hvd.rank(), hvd.size()
+    members = [0, 1] if size > 2 else [1]  # with 2 ranks: a set of one, where the round reduces nothing
+    ps = hvd.add_process_set(members)
+    if ps.included():
+        for step in range(REPEATS):
+            got = hvd.allreduce(np.full(4, rank + step, dtype=np.float32), name="ps.eager", op=hvd.Sum,
+                                process_set=ps)
+            expected = sum(r + step for r in members)
+            assert np.array_equal(got, np.full(4, expected, dtype=np.float32)), (step, got)
+    assert hvd.remove_process_set(ps)
+
+
+def eager_events(path, prefix=""):
+    """How many EAGER_ALLREDUCE events the timeline holds for tensors whose name starts with prefix."""
+    with open(path) as f:
+        events = json.load(f)
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M"}
+    return sum(1 for e in events
+               if e.get("ph") == "X" and e.get("name") == "EAGER_ALLREDUCE" and rows[e["tid"]].startswith(prefix))
+
+
+def test_the_timeline_counts_the_eager_rounds(setting):
+    rank = hvd.rank()
+    hvd.shutdown()  # flushes the timeline (rank 0 writes it)
+    if rank != 0:
+        return
+    path, expect = os.environ["HVDLITE_TIMELINE"], SETTINGS[setting][0]
+    count = eager_events(path)
+    if expect == "most":
+        # test_repeated alone has 9 dtypes x 5 ops x 3 sizes x (REPEATS - 2) predictable rounds.
+        assert count >= 9 * 5 * 3 * (REPEATS - 2) // 2, f"only {count} eager all-reduces"
+        bursts = eager_events(path, "burst."), eager_events(path, "big.")
+        assert bursts[0] > 0 and bursts[1] == 0, f"eager events: fitting burst {bursts[0]}, burst with one too big {bursts[1]}"
+    elif expect == "some":
+        assert count > 0, "no eager all-reduce"
+    else:
+        assert count == 0, f"{count} eager all-reduces with eager off"

@@ -4,7 +4,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import assert_ran_ok, run_mpi
+from harness.processes import assert_ran_ok, run_mpi
 
 STEPS = """
 import numpy as np

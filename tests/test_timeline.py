@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import assert_ran_ok, mpiexec_path, run_mpi, timeline_phases
+from harness.processes import assert_ran_ok, run_mpi, venv_tool
+from harness.timeline import timeline_phases
 
 PHASES = {"QUEUE", "NEGOTIATE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"}
 
@@ -95,7 +96,7 @@ def test_timeline_is_valid_json_after_kill(tmp_path, kill_after_bytes):
             hvd.allreduce(np.ones(100), name=f"t.{step % 50}")
             step += 1
     """))
-    process = subprocess.Popen([mpiexec_path(), "-n", "2", sys.executable, str(script)], start_new_session=True,
+    process = subprocess.Popen([venv_tool("mpiexec"), "-n", "2", sys.executable, str(script)], start_new_session=True,
                                env=dict(os.environ, HVDLITE_TIMELINE=str(trace), OMP_NUM_THREADS="1"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

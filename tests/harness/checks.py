@@ -1,8 +1,9 @@
 """The one way tests check results, for numpy, torch and TensorFlow values alike.
 
-``assert_close`` and ``assert_raises`` stop the test at the first failure. The ``checks`` fixture has the same
-three checks as methods (``close``, ``raises``, ``true``) but records each failure and goes on, so one test
-that walks every dtype or op reports every case that failed; the test fails at its end, listing them.
+``assert_close`` and ``assert_raises`` (beside plain ``assert``) stop the test at the first failure. The
+``checks`` fixture has the same checks as methods (``close``, ``raises``, ``true``), each with a label first,
+but records each failure and goes on, so one test that walks every dtype or op reports every case that
+failed; the test fails at its end, listing them.
 Every comparison is made in float64 against a reference the test computes independently.
 """
 import numpy as np
@@ -45,15 +46,17 @@ def raising_problem(error_types, fn, args, kwargs, fragments):
 
 
 def assert_close(label, actual, expected, rtol=0.0, atol=0.0):
+    __tracebackhide__ = True
     problem = closeness_problem(actual, expected, rtol, atol)
     assert problem is None, f"{label}: {problem}"
 
 
-def assert_raises(label, error_types, fn, *args, match=(), **kwargs):
+def assert_raises(error_types, fn, *args, match=(), **kwargs):
     """fn(*args, **kwargs) must raise one of error_types with every string of match in its message; returns
     the error."""
+    __tracebackhide__ = True
     problem, error = raising_problem(error_types, fn, args, kwargs, match)
-    assert problem is None, f"{label}: {problem}"
+    assert problem is None, problem
     return error
 
 

@@ -2,7 +2,8 @@
 
 A test marked ``@pytest.mark.ranks(2, 3)`` is collected once per rank count, as ``test_x[2 ranks]`` and
 ``test_x[3 ranks]``, and runs on that many real MPI processes: every rank runs the same test function, with
-the environment of its ``@pytest.mark.hvd_env(NAME=value)`` marks (on the test, its module, or a parameter).
+the environment of its ``@pytest.mark.hvd_env(NAME=value)`` marks (on the test, its module, or a parameter;
+``{shared}`` in a value is a folder that every rank of the job sees, also the ``shared_tmp_path`` fixture).
 
 How it runs. The pytest a user starts (the *outer* one) starts no MPI. When it reaches the first multi-rank
 test of a group (same file, rank count and environment), it launches one job,
@@ -24,6 +25,8 @@ import tempfile
 import time
 
 import pytest
+
+from harness.processes import venv_tool
 
 JOB_SIZE = "HVDLITE_TEST_JOB_SIZE"        # set in a launched job: its number of ranks
 JOB_RESULTS = "HVDLITE_TEST_JOB_RESULTS"  # set in a launched job: the folder its ranks write reports to
@@ -193,11 +196,12 @@ class Job:
         os.makedirs(os.path.join(results, "shared"))
         log_path = os.path.join(results, "job.log")
         limit = JOB_START_S + sum(time_limit(item) for item in pending)
-        command = [mpiexec(), "-n", str(self.size), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        command = [venv_tool("mpiexec"), "-n", str(self.size), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:timeout",
                    *[item.nodeid for item in pending]]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        env.update(self.env)
+        # "{shared}" in a value is the folder every rank of this job sees (a timeline's path, say).
+        env.update({name: value.replace("{shared}", os.path.join(results, "shared")) for name, value in self.env.items()})
         env.update({JOB_SIZE: str(self.size), JOB_RESULTS: results})
         started = time.monotonic()
         with open(log_path, "w") as log:
@@ -241,11 +245,6 @@ def time_limit(item):
     if marker is None:
         return TEST_TIMEOUT_S
     return marker.args[0] if marker.args else marker.kwargs.get("timeout", TEST_TIMEOUT_S)
-
-
-def mpiexec():
-    candidate = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return candidate if os.path.exists(candidate) else "mpiexec"
 
 
 def read_records(results, size):

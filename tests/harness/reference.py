@@ -1,4 +1,4 @@
-"""Independent float64 references and deterministic per-rank inputs for the core's worker scripts."""
+"""Independent float64 references and deterministic per-rank inputs for the tests."""
 import zlib
 
 import numpy as np
