@@ -11,10 +11,24 @@ HVDLITERUN := $(VENV)/bin/hvdliterun
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test demo bench setup native clean
+.PHONY: test demo bench setup native native-unit-tests clean
 
-test: native
+# Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs).
+test: native-unit-tests native
 	$(PYTHON) -m pytest tests -q
+
+# The pure parts of the core (fusion planning, response cache, slot table, reduce kernels) with GoogleTest.
+NATIVE_UNIT_TESTS := $(wildcard native/tests/*_test.cc)
+NATIVE_UNDER_TEST := native/src/fusion_planner.cc native/src/response_cache.cc native/src/reduce_kernels.cc \
+	native/src/copy_bytes.cc native/src/messages.cc
+native-unit-tests: build/native_unit_tests
+	build/native_unit_tests
+
+build/native_unit_tests: $(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) $(wildcard native/src/*.h) native/include/hvdlite.h
+	@test -f /usr/include/gtest/gtest.h || { echo "the native unit tests need GoogleTest: apt-get install libgtest-dev"; exit 1; }
+	@mkdir -p build
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror -Inative/src -Inative/include -o $@ \
+		$(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) -lgtest -lgtest_main -pthread
 
 demo: native
 	@if [ -f examples/torch_digits.py ]; then example=examples/torch_digits.py; \

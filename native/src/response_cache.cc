@@ -18,6 +18,10 @@ uint64_t NameHash(const std::string &name) {
   return std::hash<std::string>{}(name) | 1;  // never 0, the empty slot
 }
 
+// Where a hash is remembered. Not hash % size: every hash is odd and the size even, which would leave
+// half of the table unused.
+size_t EvictedIndex(uint64_t hash, size_t size) { return (hash >> 1) % size; }
+
 }  // namespace
 
 ResponseCache::ResponseCache(int32_t capacity)
@@ -71,18 +75,21 @@ void ResponseCache::Put(const Response &response) {
       if (slots_[i].last_used > round_start_tick_) continue;
       if (victim < 0 || slots_[i].last_used < slots_[victim].last_used) victim = i;
     }
-    if (bit < 0) {
-      if (victim < 0) return;
-      const uint64_t gone = NameHash(slots_[victim].response.spec.name);
-      evicted_[gone % evicted_.size()] = gone;
-      Erase(victim);
-      bit = victim;
-    }
+    if (bit < 0 && victim < 0) return;
+    // Whether this name was evicted before and is back: asked before the victim is remembered, which may
+    // take the same place in the table.
     const uint64_t hash = NameHash(response.spec.name);
-    if (!evicted_.empty() && evicted_[hash % evicted_.size()] == hash) {  // evicted before, and back
-      evicted_[hash % evicted_.size()] = 0;
+    uint64_t &remembered = evicted_[EvictedIndex(hash, evicted_.size())];
+    if (remembered == hash) {
+      remembered = 0;
       ++returns_;
       last_returned_ = response.spec.name;
+    }
+    if (bit < 0) {
+      const uint64_t gone = NameHash(slots_[victim].response.spec.name);
+      evicted_[EvictedIndex(gone, evicted_.size())] = gone;
+      Erase(victim);
+      bit = victim;
     }
     bits_[response.spec.name] = bit;
   }
