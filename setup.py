@@ -3,7 +3,7 @@
 The core is a plain shared library (hvdlite/libhvdlite_core.so) that Python loads through cffi's ABI mode, so it
 is built by a custom build_ext: every native/src/**/*.cc compiled in parallel, object files cached under build/
 so that re-builds only compile what changed, then linked against the libmpi that mpicxx names. Beside it, one
-ordinary CPython extension (hvdlite._hotpath, native/python/hotpath.c) makes the per-tensor calls; it links
+ordinary CPython extension (hvdlite._tensor_calls, native/python/) makes the per-tensor calls; it links
 against the core.
 """
 import glob
@@ -24,10 +24,26 @@ from setuptools.command.build_ext import build_ext
 ROOT = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(ROOT, "native")
 LIBRARY_NAME = "libhvdlite_core.so"
-CXXFLAGS = ["-std=c++17", "-O3", "-fno-math-errno", "-fPIC", "-pthread",
+# HVDLITE_SANITIZE=address (AddressSanitizer + UndefinedBehaviorSanitizer) or thread (ThreadSanitizer) builds the
+# core and the extension instrumented, for tests/sanitizers/run.sh; their runtime must then be preloaded.
+SANITIZE = os.environ.get("HVDLITE_SANITIZE", "")
+SANITIZER_FLAGS = {
+    "": [],
+    "address": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"],
+    "thread": ["-fsanitize=thread", "-fno-omit-frame-pointer", "-g"],
+}
+if SANITIZE not in SANITIZER_FLAGS:
+    raise SystemExit(f"hvdlite: HVDLITE_SANITIZE={SANITIZE!r}: use address or thread (or leave it unset)")
+OPTIMIZE = ["-O1"] if SANITIZE else ["-O3"]
+WARNINGS = ["-Wall", "-Wextra"]
+# CPython fixes the C extension's callback signatures (module, closure, kwargs arguments that a function need not
+# read) and its type and module structs are filled by designated initialisers that leave the rest zero on purpose.
+C_EXTENSION_WARNINGS = [*WARNINGS, "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+CXXFLAGS = ["-std=c++17", *OPTIMIZE, *WARNINGS, "-fno-math-errno", "-fPIC", "-pthread", *SANITIZER_FLAGS[SANITIZE],
             "-I" + os.path.join(NATIVE, "include"), "-I" + os.path.join(NATIVE, "src")]
 # The soname lets the hot-path extension (linked against the core) share the copy cffi loaded: one core per process.
-LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined", "-Wl,--as-needed", "-Wl,-soname," + LIBRARY_NAME]
+LDFLAGS = ["-shared", "-pthread", "-Wl,--no-undefined", "-Wl,--as-needed", "-Wl,-soname," + LIBRARY_NAME,
+           *SANITIZER_FLAGS[SANITIZE]]
 INSTALL_MPI_HINT = ("install an MPI with its C++ wrapper: `pip install mpich mpi4py` (then mpicxx is in the "
                     "environment's bin/), or `apt-get install libopenmpi-dev` (Open MPI), or set MPICXX=/path/to/mpicxx")
 
@@ -208,17 +224,15 @@ def _replace_file(source, target):
 
 
 # The per-tensor calls (submit, wait, release, and the NumPy all-reduces) as a CPython extension: C with Python.h,
-# NumPy's C API and the core's header, linked against the core beside it.
-HOTPATH = Extension("hvdlite._hotpath", sources=["native/python/hotpath.c", "native/python/array_collectives.c",
-                                                      "native/python/request_objects.c",
-                                                      "native/python/prepared_request.c",
-                                                      "native/python/output_arena.c",
-                                                      "native/python/int_handles.c",
-                                                      "native/python/named_allreduce.c",
-                                                      "native/python/torch_tensors.c"],
-                    include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
-                    depends=["native/python/hotpath.h", "native/python/output_arena.h", "native/include/hvdlite.h"],
-                    extra_compile_args=["-O2"], extra_link_args=["-Wl,-rpath,$ORIGIN"])
+# NumPy's C API and the core's header, linked against the core beside it (native/python/module.c: its parts).
+TENSOR_CALLS_SOURCES = ["module.c", "core_handles.c", "int_handles.c", "prepared_request.c", "request_objects.c",
+                        "array_collectives.c", "named_allreduce.c", "output_arena.c"]
+TENSOR_CALLS = Extension("hvdlite._tensor_calls", sources=[f"native/python/{name}" for name in TENSOR_CALLS_SOURCES],
+                         include_dirs=[os.path.join(NATIVE, "include")], libraries=["hvdlite_core"],
+                         depends=[*glob.glob("native/python/*.h"), "native/include/hvdlite.h"],
+                         extra_compile_args=["-O1" if SANITIZE else "-O2", *C_EXTENSION_WARNINGS,
+                                             *SANITIZER_FLAGS[SANITIZE]],
+                         extra_link_args=["-Wl,-rpath,$ORIGIN", *SANITIZER_FLAGS[SANITIZE]])
 
 
 def numpy_include():
@@ -226,7 +240,7 @@ def numpy_include():
     try:
         import numpy
     except ImportError:
-        raise NativeBuildError("cannot build hvdlite._hotpath: NumPy is not installed in the building Python.\n"
+        raise NativeBuildError("cannot build hvdlite._tensor_calls: NumPy is not installed in the building Python.\n"
                                "  Fix: pip install numpy (or build with build isolation, which installs it).")
     return numpy.get_include()
 
@@ -249,8 +263,8 @@ class BuildNative(build_ext):
         # --inplace and editable installs: setuptools built into build_lib and copies from there; copy the header
         # and build info too, and rename into place (copying over a loaded library would corrupt running jobs).
         package_dir = os.path.abspath(self.get_finalized_command("build_py").get_package_dir("hvdlite"))
-        hotpath = os.path.basename(self.get_ext_filename(HOTPATH.name))
-        for name in (LIBRARY_NAME, hotpath, "hvdlite.h", "build_info.json"):
+        tensor_calls = os.path.basename(self.get_ext_filename(TENSOR_CALLS.name))
+        for name in (LIBRARY_NAME, tensor_calls, "hvdlite.h", "build_info.json"):
             _replace_file(os.path.join(self.build_lib, "hvdlite", name), os.path.join(package_dir, name))
 
     def build_extension(self, ext):
@@ -292,7 +306,7 @@ setup(
     python_requires=">=3.9",
     packages=["hvdlite", "hvdlite.run", *sorted(FRAMEWORKS)],
     package_dir=FRAMEWORKS,
-    ext_modules=[NativeLibrary("hvdlite.libhvdlite_core"), HOTPATH],
+    ext_modules=[NativeLibrary("hvdlite.libhvdlite_core"), TENSOR_CALLS],
     cmdclass={"build_ext": BuildNative},
     install_requires=["numpy", "cffi", "mpi4py", "ml_dtypes"],
     extras_require={

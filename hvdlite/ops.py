@@ -9,7 +9,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 
-from . import _hotpath
+from . import _tensor_calls
 from .basics import _require_init
 from .process_sets import global_process_set
 from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, dtype_name, remember,
@@ -20,7 +20,7 @@ _REDUCE_OPS = frozenset((Average, Sum, Min, Max, Product))
 
 # How many int handles are not synchronized yet. They live in a C table (native/python/int_handles.c), filled by
 # _track and by the all-reduces in C.
-pending_handles = _hotpath.pending_handles
+pending_handles = _tensor_calls.pending_handles
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -70,16 +70,16 @@ def _submitted(request_and_finish):
 def _track(handle, result):
     """A new int handle for a submitted request; result is its output array, or a function of the finished
     handle that makes it."""
-    return _hotpath.track(handle, result)
+    return _tensor_calls.track(handle, result)
 
 
 # poll(handle_id): True when the request behind handle_id has finished (KeyError for one already synchronized).
-poll = _hotpath.poll
+poll = _tensor_calls.poll
 
 
 # synchronize(handle_id): waits for handle_id and returns its result; raises HvdliteError if the collective failed
 # (KeyError for a handle already synchronized). In C: a training step makes it once per tensor.
-synchronize = _hotpath.synchronize
+synchronize = _tensor_calls.synchronize
 
 
 def _run(request, finish):
@@ -93,7 +93,7 @@ def _run(request, finish):
 
 def _core_output(handle, dtype):
     shape = handle.output_shape()
-    return handle.output_buffer().view(dtype).reshape(shape).copy()
+    return np.frombuffer(handle.output_buffer(), dtype).reshape(shape).copy()
 
 
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
@@ -116,19 +116,19 @@ def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, proc
                                        postscale_factor=postscale_factor, process_set=process_set))
     entry = None
     if name:  # replaces a request of another dtype or shape
-        entry = remember(_PREPARED_REQUESTS, name, _hotpath.NamedAllreduce(prepared), _PREPARED_REQUESTS_LIMIT)
+        entry = remember(_PREPARED_REQUESTS, name, _tensor_calls.NamedAllreduce(prepared), _PREPARED_REQUESTS_LIMIT)
     return prepared, array, entry
 
 
-_hotpath.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _require_init, ml_dtypes.bfloat16, resolve_op,
-                          _REDUCE_OPS, Average, global_process_set)
+_tensor_calls.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _require_init, ml_dtypes.bfloat16,
+                               resolve_op, _REDUCE_OPS, Average)
 
 # allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
 #                 process_set=None), and allreduce with the same arguments, are C functions with Horovod's
 # signature (process_set None is Horovod's default, global_process_set): they bind the arguments and resolve
 # the op (with resolve_op for anything but a plain op) without a Python frame per tensor.
-allreduce_async = _hotpath.allreduce_async
-allreduce = _hotpath.allreduce
+allreduce_async = _tensor_calls.allreduce_async
+allreduce = _tensor_calls.allreduce
 
 
 # Prepared groups of named grouped all-reduces, by name: a training loop submits the same names, dtypes and

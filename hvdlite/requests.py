@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from . import _hotpath, _native  # _native first: it loads the core that _hotpath links against
+from . import _native, _tensor_calls  # _native first: it loads the core that _tensor_calls links against
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
 from .process_sets import ProcessSet, global_process_set
@@ -84,12 +84,12 @@ class Request:
 
 
 # One submitted request: wait (or poll), read the output, then release (or finish: both in one call). A C type
-# (native/python/hotpath.c): a training step finishes one per gradient, and a Python subclass would be
+# (native/python/core_handles.c): a training step finishes one per gradient, and a Python subclass would be
 # garbage-collected.
-Handle = _hotpath.Handle
-_hotpath.configure_requests(DTYPES)
-_submit_request = _hotpath.submit_request
-_run_request = _hotpath.run_request
+Handle = _tensor_calls.Handle
+_tensor_calls.configure_requests(DTYPES, global_process_set)
+_submit_request = _tensor_calls.submit_request
+_run_request = _tensor_calls.run_request
 
 
 # The hot path of every collective: names and shapes repeat step after step (gradients), so their C
@@ -207,9 +207,9 @@ def submit_group(requests):
 
 # wait_all(handles): waits for every handle (one C call, one wake-up for a fused group); then raises
 # HvdliteError for the first that failed, if any. Release them all afterwards either way.
-wait_all = _hotpath.wait_all
+wait_all = _tensor_calls.wait_all
 # release_all(handles): releases every handle not released yet.
-release_all = _hotpath.release_all
+release_all = _tensor_calls.release_all
 
 
 def _filled(request):
@@ -245,7 +245,7 @@ def _address(c_pointer):
 
 
 def _enqueue(c_request, keepalive, name):
-    return _hotpath.enqueue(_address(c_request), keepalive, name)
+    return _tensor_calls.enqueue(_address(c_request), keepalive, name)
 
 
 def submit(request):
@@ -257,7 +257,7 @@ def submit(request):
     return _enqueue(c_request, request.keepalive, request.name)
 
 
-class PreparedRequest(_hotpath.PreparedRequestBase):
+class PreparedRequest(_tensor_calls.PreparedRequestBase):
     """A request filled into its C form once, then submitted again and again with new buffers: what an
     optimizer does with a parameter's gradient every step. Each submit sets two pointers and makes one C
     call, instead of rebuilding the request (the per-gradient cost of a training step); the core knows it by
@@ -299,7 +299,7 @@ class GroupHandle:
         """Waits for every member; then raises HvdliteError for the first that failed, if any."""
         code = lib.hvdlite_wait_all(self._ids, self._count)
         if code > 0:
-            _hotpath.raise_handle_error(self._ids[code - 1], self._names[code - 1])
+            _tensor_calls.raise_handle_error(self._ids[code - 1], self._names[code - 1])
         if code < 0:
             raise HvdliteError("wait: the group was already released")
 
@@ -327,7 +327,7 @@ class PreparedGroup:
         self._owned.extend(r.keepalive for r in requests)
         self._names = [r.name for r in requests]
         self._address = _address(self._c)
-        self._kept = [None] * (self._count * _hotpath.KEPT_OUTPUTS)  # point_arrays' outputs, to recycle
+        self._kept = [None] * (self._count * _tensor_calls.KEPT_OUTPUTS)  # point_arrays' outputs, to recycle
         self._tokens = tuple(_prepare(self._c + i) for i in range(self._count))
 
     def __del__(self):
@@ -337,15 +337,15 @@ class PreparedGroup:
         """Points the members at arrays (NumPy, C-contiguous, one per member) and at output arrays, which it
         returns (new, or earlier outputs that nobody holds any more); None, pointing nothing that matters, when
         the arrays or the all-reduce arguments are not what the members were prepared with. One C call."""
-        return _hotpath.point_arrays(self._address, self._count, arrays, op, prescale_factor, postscale_factor,
-                                     process_set, self._kept)
+        return _tensor_calls.point_arrays(self._address, self._count, arrays, op, prescale_factor,
+                                          postscale_factor, process_set, self._kept)
 
     def submit(self, inputs=None, outputs=None, keepalive=None):
         """Submits every member; inputs and outputs, if given, hold one buffer per member (integer addresses
         or contiguous arrays, same dtypes and shapes as prepared; set in one C call) and keepalive what holds
         them. Returns a GroupHandle."""
         if inputs is not None:
-            _hotpath.point_group(self._address, inputs, outputs, self._names)
+            _tensor_calls.point_group(self._address, inputs, outputs, self._names)
         ids = _enqueue_group(self._c, self._count)
         return GroupHandle(ids, self._count, self._names, keepalive if keepalive is not None else self._owned)
 

@@ -170,14 +170,14 @@ def test_cpu_tensors_take_the_numpy_c_path_and_keep_results(checks):
     checks.close("NumPy handle beside a torch one", hvd_numpy.synchronize(from_numpy), want, 1e-5, 1e-5)
     checks.raises("synchronize of a handle already synchronized", ValueError, hvd.synchronize, from_torch)
     checks.raises("poll of an unknown handle", ValueError, hvd.poll, 10 ** 9)
-    from hvdlite import _hotpath
+    from hvdlite import _tensor_calls
     strided = torch.zeros(8)
-    checks.raises("the C in-place all-reduce refuses a strided array", ValueError, _hotpath.allreduce_in_place_async, strided, strided.numpy()[::2], name="host.strided")
+    checks.raises("the C in-place all-reduce refuses a strided array", ValueError, _tensor_calls.allreduce_in_place_async, strided, strided.numpy()[::2], name="host.strided")
 
 
 def test_tensor_offsets_parameters_and_temporaries_reduce_right(checks):
-    """What the C functions (native/python/torch_tensors.c) read of a tensor: its offset into its storage, a
-    Parameter, a temporary the caller drops at once; and the tensors they hand to the Python twin (strided, 0-d,
+    """What the array view of a tensor (staging.host_array) must get right: its offset into its storage, a
+    Parameter, a temporary the caller drops at once; and the tensors that are staged instead (strided, 0-d,
     empty); a tensor passed by keyword: each checked against a float64 reduction of every rank's input."""
     import gc
     rank, size = hvd.rank(), hvd.size()

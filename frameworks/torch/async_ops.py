@@ -7,6 +7,7 @@ mpi_ops.py builds the differentiable synchronous API on top of them.
 import torch
 
 from hvdlite import ops as core_ops
+from hvdlite._tensor_calls import allreduce_in_place_async
 from hvdlite.process_sets import global_process_set
 from hvdlite.requests import Collective, Request, auto_name, submit, submit_group
 
@@ -59,15 +60,14 @@ def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, proc
     return core, finish
 
 
-# allreduce_async and allreduce_async_ are C (native/python/torch_tensors.c, wrapped below): a contiguous CPU
-# tensor is viewed as an array in C and handed to the NumPy API's all-reduce (the name's request kept, outputs
-# recycled, in place into the tensor itself). The Python functions here are their twins, which stage every other
-# tensor (GPU, strided, 0-d, empty) through host memory and give the C functions their names, docs and
-# signatures.
-
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts reducing ``tensor`` over the process set; the input is not modified. Returns a handle."""
+    array = staging.host_array(tensor)
+    if array is not None:
+        # The NumPy API's all-reduce (C): the name's request kept, its output recycled; synchronize makes the
+        # result array a tensor.
+        return core_ops.allreduce_async(array, average, name, op, prescale_factor, postscale_factor, process_set)
     op = handle_average_backwards_compatibility(op, average)
     core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
                                     postscale_factor, process_set, in_place=False)
@@ -77,14 +77,14 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts reducing ``tensor`` in place over the process set. Returns a handle."""
+    array = staging.host_array(tensor)
+    if array is not None:  # as above, reduced into the tensor's own memory; synchronize returns the tensor
+        return allreduce_in_place_async(tensor, array, average, name, op, prescale_factor, postscale_factor,
+                                        process_set)
     op = handle_average_backwards_compatibility(op, average)
     core, finish = _allreduce_group([tensor], [_single(name, "allreduce", process_set)], op, prescale_factor,
                                     postscale_factor, process_set, in_place=True)
     return handles.register(core, lambda hs: finish(hs)[0])
-
-
-allreduce_async = handles.in_c("allreduce_async", allreduce_async)
-allreduce_async_ = handles.in_c("allreduce_async_", allreduce_async_)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -5,27 +5,14 @@ never share a number. A CPU tensor's all-reduce goes through the NumPy API's C p
 handle holds the result array, made a tensor here. Any other operation may stand for several core handles (a
 grouped operation, a GPU tensor staged on the host): an _Operation, which turns the finished core handles into
 the user's result (copy out, copy back to a GPU, ...). The tensors the core reads and writes are kept alive by
-the core handles' keepalive until they are released. ``synchronize`` runs in C (``in_c``), its Python twin below
-for anything else.
+the core handles' keepalive until they are released.
 """
-import functools
-
 import numpy as np
-import torch
 
-from hvdlite import _hotpath
-from hvdlite.requests import DTYPES, release_all, wait_all
+from hvdlite import _tensor_calls
+from hvdlite.requests import release_all, wait_all
 
 from . import staging
-
-_hotpath.configure_torch(torch.Tensor, {dtype: DTYPES[name] for dtype, name in staging.CORE_DTYPES.items()},
-                         staging.tensor_of, torch.from_numpy)
-
-
-def in_c(kind, python):
-    """The C version of ``python`` (native/python/torch_tensors.c: allreduce_async, allreduce_async_ or
-    synchronize), which hands ``python`` whatever it does not do itself, under python's name, doc and signature."""
-    return functools.update_wrapper(_hotpath.TorchCall(kind, python), python)
 
 
 class _Operation:
@@ -53,7 +40,7 @@ class _Operation:
 def register(core_handles, finish):
     """Records an operation; ``finish(core_handles)`` builds its result once every core handle is done."""
     op = _Operation(list(core_handles), finish)
-    return _hotpath.track(op, op.result)
+    return _tensor_calls.track(op, op.result)
 
 
 def _unknown(handle, error):
@@ -65,7 +52,7 @@ def _unknown(handle, error):
 def poll(handle):
     """True when the operation behind ``handle`` has finished (``synchronize`` will not block)."""
     try:
-        return _hotpath.poll(handle)
+        return _tensor_calls.poll(handle)
     except KeyError as error:
         raise _unknown(handle, error) from None
 
@@ -73,15 +60,12 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation and returns its result; raises the core's error (HorovodInternalError)."""
     try:
-        result = _hotpath.synchronize(handle)
+        result = _tensor_calls.synchronize(handle)
     except KeyError as error:
         raise _unknown(handle, error) from None
     return staging.tensor_of(result) if type(result) is np.ndarray else result
 
 
-synchronize = in_c("synchronize", synchronize)
-
-
 def in_flight():
     """The number of operations not yet synchronized, NumPy API's included (for tests and diagnostics)."""
-    return _hotpath.pending_handles()
+    return _tensor_calls.pending_handles()

@@ -23,6 +23,9 @@ CORE_DTYPES = {
 }
 
 
+REDUCIBLE_DTYPES = frozenset(CORE_DTYPES) - {torch.bool}
+
+
 def core_dtype(tensor):
     """The core's name for the tensor's dtype; ValueError for types the core does not reduce."""
     try:
@@ -34,7 +37,20 @@ def core_dtype(tensor):
 
 def on_host(tensor):
     """True when the core can use the tensor's memory directly: CPU and contiguous."""
-    return tensor.is_cpu and tensor.is_contiguous()  # is_cpu: 0.05 us a call, device.type 0.33
+    return tensor.is_cpu and tensor.is_contiguous()  # is_cpu: several times cheaper than device.type
+
+
+def host_array(tensor):
+    """A NumPy array viewing a tensor's memory, for the NumPy API's all-reduce, where the core can reduce it there:
+    on the CPU, contiguous, at least one dimension and one element, of a dtype the core reduces (bfloat16 as
+    ml_dtypes' bfloat16). None for any other tensor, which is staged instead."""
+    if not (tensor.is_cpu and tensor.dim() and tensor.is_contiguous() and tensor.numel()):
+        return None
+    if tensor.dtype == torch.bfloat16:
+        return tensor.detach().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    if tensor.dtype not in REDUCIBLE_DTYPES:
+        return None
+    return tensor.detach().numpy()
 
 
 def tensor_of(array):

@@ -1,4 +1,4 @@
-/* hvdlite._hotpath, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce and of
+/* hvdlite._tensor_calls, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce and of
  * grouped_allreduce_async on NumPy arrays, in C (synchronize and poll: int_handles.c).
  *
  * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name, as a
@@ -9,12 +9,14 @@
  * goes to ops.py's prepare function, which checks the arguments, raises what is wrong, and caches the new
  * request.
  *
- * An all-reduce's int handle (int_handles.c) files the core's handle id, the input, the name and the output array
- * in its slot: no Handle object and no (handle, result) tuple per tensor (a garbage-collected allocation, and a
- * collection every 700).
+ * An all-reduce's int handle (int_handles.c) files the core's Handle and the output array that synchronize
+ * returns.
  */
-#include "hotpath.h"
+#include "array_collectives.h"
+
+#include "int_handles.h"
 #include "output_arena.h"
+#include "requests.h"
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #define NPY_TARGET_VERSION NPY_1_22_API_VERSION /* memory handlers (NEP 49) */
@@ -26,11 +28,10 @@ static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's ru
 static uint64_t plain_ops;          /* ops._REDUCE_OPS as bits: the ops resolve_op returns unchanged when average
                                        is None (a bit test instead of a set lookup per tensor) */
 static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
-static PyObject *global_set;        /* process_sets.global_process_set: the default process set */
 static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> its NamedAllreduce (named_allreduce.c) */
 static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
 static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
-static PyObject *name_attribute, *set_id_attribute;
+static PyObject *name_attribute;
 
 /* What every member of a call must have been prepared with. */
 typedef struct {
@@ -38,68 +39,6 @@ typedef struct {
   double prescale_factor, postscale_factor;
   int process_set_id;
 } Signature;
-
-int process_set_id_of(PyObject *process_set) {
-  if (process_set == global_set) return 0;  /* the default: its id is fixed, no attribute lookup */
-  PyObject *set_id = PyObject_GetAttr(process_set, set_id_attribute);
-  long id = set_id != NULL && PyLong_Check(set_id) ? PyLong_AsLong(set_id) : -1;
-  Py_XDECREF(set_id);
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    id = -1;
-  }
-  return (int)id;
-}
-
-PyObject *core_output_array(CoreHandle *handle) {
-  int64_t nbytes = 0;
-  void *data = (void *)hvdlite_handle_output_data(handle->id, &nbytes);
-  npy_intp length = (npy_intp)nbytes;
-  if (nbytes == 0) return PyArray_SimpleNew(1, &length, NPY_UINT8);
-  PyObject *array = PyArray_SimpleNewFromData(1, &length, NPY_UINT8, data);
-  if (array == NULL) return NULL;
-  Py_INCREF(handle);
-  if (PyArray_SetBaseObject((PyArrayObject *)array, (PyObject *)handle) != 0) {
-    Py_DECREF(array);
-    return NULL;
-  }
-  return array;
-}
-
-PyObject *array_viewing(void *data, int ndim, const int64_t *dims, int dtype, PyObject *base) {
-  int type = -1;
-  switch (dtype) {
-    case HVDLITE_BOOL: type = NPY_BOOL; break;
-    case HVDLITE_UINT8: type = NPY_UBYTE; break;
-    case HVDLITE_INT8: type = NPY_BYTE; break;
-    case HVDLITE_INT16: type = NPY_SHORT; break;
-    case HVDLITE_INT32: type = NPY_INT32; break;
-    case HVDLITE_INT64: type = NPY_INT64; break;
-    case HVDLITE_FLOAT16: type = NPY_HALF; break;
-    case HVDLITE_BFLOAT16: type = bfloat16_type; break;
-    case HVDLITE_FLOAT32: type = NPY_FLOAT; break;
-    case HVDLITE_FLOAT64: type = NPY_DOUBLE; break;
-  }
-  if (type < 0 || ndim < 1 || ndim > NPY_MAXDIMS) {
-    return PyErr_Format(PyExc_ValueError, "cannot view dtype %d, %d dimensions, as an array", dtype, ndim);
-  }
-  npy_intp shape[NPY_MAXDIMS];
-  for (int i = 0; i < ndim; ++i) shape[i] = (npy_intp)dims[i];
-  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(type), ndim, shape, NULL, data,
-                                         NPY_ARRAY_CARRAY, NULL);
-  if (array == NULL) return NULL;
-  if (PyArray_SetBaseObject((PyArrayObject *)array, Py_NewRef(base)) != 0) {  /* steals base, even on failure */
-    Py_DECREF(array);
-    return NULL;
-  }
-  return array;
-}
-
-int is_array(PyObject *object, int *bfloat16) {
-  if (!PyArray_Check(object)) return 0;
-  *bfloat16 = PyArray_TYPE((PyArrayObject *)object) == bfloat16_type;
-  return 1;
-}
 
 /* The signature of (op, prescale, postscale, process_set) arguments; 0 when one is not what a prepared request
  * holds (not a number, a process set not added): then Python decides, and raises what it must. */
@@ -152,11 +91,11 @@ static int matches(PyObject *object, const hvdlite_request *request, const Signa
 }
 
 /* Output recycling. Each prepared request, and each member of a prepared group, keeps its last KEPT_OUTPUTS
- * output arrays in slots (most recent first; hotpath.h). One that nobody else holds any more (no reference,
+ * output arrays in slots (most recent first; array_collectives.h). One that nobody else holds any more (no reference,
  * view, buffer export or weak reference: only its slot's) is handed out again instead of a new array. A
  * training step drops its results; a new array every step costs a malloc and, once glibc has given the freed
- * pages back, a page fault per 4 KiB when the core writes it (measured: 256 x 16 KiB grouped, dropped each
- * step, one process: 4.7 ms a step against 0.8 ms through fixed outputs). Two slots, so that a loop that
+ * pages back, a page fault per 4 KiB when the core writes it (several times slower than fixed outputs for a
+ * step of many small tensors). Two slots, so that a loop that
  * still holds the last result while it makes the next one reuses the one before. */
 
 /* New recycled outputs take their memory from output_arena.c (packed end to end): NumPy's memory handler is
@@ -220,69 +159,24 @@ static int is_given_name(PyObject *name) {
   return PyUnicode_Check(name) && PyUnicode_GET_LENGTH(name) > 0;
 }
 
-/* The call order. A training loop submits the same names in the same order step after step, so each name's entry
- * remembers the name that came after it (and that name's entry), and the next call compares one pointer where a
- * lookup in prepared_requests took two cache misses a tensor once the step's data had swept the cache (perf,
- * 256 x 16 KiB one by one). A miss looks the name up and relinks the last entry to it: a new order is learnt in
- * one step. Entries are linked by borrowed reference, good while named_allreduce_generation is what it was then:
- * it changes whenever an entry dies or Python may have changed prepared_requests. The name is held (so that an
- * equal pointer is the same string). */
-static NamedAllreduce *last_entry;  /* the entry of the last named call (borrowed), valid at last_generation */
-static uint64_t last_generation;
-static long long call_order_found;  /* lookups the call order answered (for tests) */
-
-/* Starts loading what the next call will read if it follows the order (a hint, ~0.3 us ahead of it): the next
- * entry, whose request it matches the array against, and the output it will likely recycle. */
-static void prefetch_next(const NamedAllreduce *entry) {
-  if (entry->next_generation != named_allreduce_generation) return;
-  const char *next = (const char *)entry->next_entry;
-  for (size_t line = 0; line < sizeof(NamedAllreduce); line += 64) __builtin_prefetch(next + line, 1);
-  __builtin_prefetch(entry->next_entry->outputs[0], 1);
-}
-
-/* The entry of name if it is the one that followed the last call's the time before (borrowed), or NULL. */
-static NamedAllreduce *entry_in_call_order(PyObject *name) {
-  const uint64_t now = named_allreduce_generation;
-  if (last_generation != now || last_entry->next_name != name || last_entry->next_generation != now) return NULL;
-  ++call_order_found;
-  return last_entry = last_entry->next_entry;
-}
-
-/* Links the last call's entry to this call's (name, entry), looked up. */
-static void follow_call_order(PyObject *name, NamedAllreduce *entry) {
-  const uint64_t now = named_allreduce_generation;
-  if (last_generation == now) {
-    Py_XSETREF(last_entry->next_name, Py_NewRef(name));
-    last_entry->next_entry = entry;
-    last_entry->next_generation = now;
-  }
-  last_entry = entry;
-  last_generation = now;
-}
-
 /* The cached NamedAllreduce of name when tensor matches its request (a new reference), else NULL (with an error
  * set only when something failed, not for a mere miss). */
 static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Signature *signature) {
   if (!is_given_name(name)) return NULL;
-  NamedAllreduce *entry = entry_in_call_order(name);
-  if (entry == NULL) {
-    PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
-    if (found == NULL) return NULL;
-    if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
-      PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
-      return NULL;
-    }
-    entry = (NamedAllreduce *)found;
-    follow_call_order(name, entry);
+  PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
+  if (found == NULL) return NULL;
+  if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
+    PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
+    return NULL;
   }
-  prefetch_next(entry);
+  NamedAllreduce *entry = (NamedAllreduce *)found;
   return matches(tensor, &entry->request, signature) ? (NamedAllreduce *)Py_NewRef(entry) : NULL;
 }
 
 /* 0 once ops.py has called configure_arrays, else -1 with an error set. */
 static int check_configured(void) {
   if (prepared_requests != NULL) return 0;
-  PyErr_SetString(PyExc_RuntimeError, "hvdlite._hotpath: configure_arrays was not called (import hvdlite.ops)");
+  PyErr_SetString(PyExc_RuntimeError, "hvdlite._tensor_calls: configure_arrays was not called (import hvdlite.ops)");
   return -1;
 }
 
@@ -292,7 +186,6 @@ static int check_configured(void) {
 static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject **array, NamedAllreduce **entry,
                                                  PyObject **prepared) {
   PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
-  ++named_allreduce_generation; /* it may have changed prepared_requests */
   if (made == NULL) return NULL;
   PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
   if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
@@ -405,10 +298,12 @@ static int bind_allreduce_arguments(const char *function, PyObject *const *args,
   return 0;
 }
 
-/* hvd.allreduce_async and hvd.allreduce themselves, with Horovod's signature: the arguments bound and the op
- * resolved (ops.resolve_op only for what is not a plain op), then allreduce_array. No Python frame runs per
- * tensor on the common path. */
-PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int wait,
+/* hvd.allreduce_async (wait 0) and hvd.allreduce (wait 1) themselves, with Horovod's signature (vectorcall: nargs
+ * positional, then the values of kwnames): the arguments bound and the op resolved (ops.resolve_op only for what
+ * is not a plain op), then allreduce_array. No Python frame runs per tensor on the common path. function names the
+ * caller in errors; in_place_result, when given, reduces into the tensor argument itself and is what synchronize
+ * returns. */
+static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int wait,
                          PyObject *in_place_result) {
   if (check_configured() != 0) return NULL;
   PyObject *bound[7];
@@ -427,7 +322,7 @@ PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t
       op = resolved;
     }
   }
-  PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_set;
+  PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_process_set;
   PyObject *call[6] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
                        bound[5] ? bound[5] : float_one, process_set};
   PyObject *result = allreduce_array(call, wait, in_place_result);
@@ -443,8 +338,8 @@ static PyObject *allreduce_function(PyObject *module, PyObject *const *args, siz
   return allreduce_call("allreduce", args, PyVectorcall_NARGS(nargs), kwnames, 1, NULL);
 }
 
-/* allreduce_in_place_async(result, tensor, ...): result, then Horovod's all-reduce arguments; the array-level form
- * of what torch_tensors.c does for allreduce_async_ (which calls allreduce_call itself). */
+/* allreduce_in_place_async(result, tensor, ...): result, then Horovod's all-reduce arguments; reduces tensor (an
+ * array) in place, and synchronize returns result (hvdlite.torch's allreduce_async_: the tensor the array views). */
 static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *const *args, size_t nargs,
                                                    PyObject *kwnames) {
   const Py_ssize_t positional = PyVectorcall_NARGS(nargs);
@@ -496,10 +391,10 @@ static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_
   return outputs != NULL ? outputs : Py_NewRef(Py_None);
 }
 
-/* configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,
- * global_process_set): what ops.py lends. */
+/* configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average):
+ * what ops.py lends. */
 static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("configure_arrays", nargs, 8) != 0) return NULL;
+  if (check_arguments("configure_arrays", nargs, 7) != 0) return NULL;
   if (!PyDict_Check(args[1]) || !PyAnySet_Check(args[5])) {
     return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests must be a dict, reduce_ops a set");
   }
@@ -526,7 +421,6 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
   Py_XSETREF(require_init, Py_NewRef(args[2]));
   Py_XSETREF(resolve_op, Py_NewRef(args[4]));
   Py_XSETREF(average_op, Py_NewRef(args[6]));
-  Py_XSETREF(global_set, Py_NewRef(args[7]));
   Py_RETURN_NONE;
 }
 
@@ -539,10 +433,6 @@ static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ss
 
 static PyObject *output_arena_bytes(PyObject *module, PyObject *unused) {
   return PyLong_FromSize_t(output_arena_chunk_bytes());
-}
-
-static PyObject *found_by_call_order(PyObject *module, PyObject *unused) {
-  return PyLong_FromLongLong(call_order_found);
 }
 
 PyMethodDef array_collective_functions[] = {
@@ -564,11 +454,8 @@ PyMethodDef array_collective_functions[] = {
      "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
      "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
-    {"found_by_call_order", found_by_call_order, METH_NOARGS,
-     "found_by_call_order() -> named all-reduces whose entry the call order found, so far (for tests)"},
     {"configure_arrays", FASTCALL(configure_arrays),
-     "configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average,\n"
-     "                 global_process_set)"},
+     "configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average)"},
     {NULL, NULL, 0, NULL}};
 
 int array_collectives_constants(PyObject *module) {
@@ -581,8 +468,7 @@ int array_collectives_ready(void) {
   arena_capsule = PyCapsule_New(&arena_handler, "mem_handler", NULL);
   if (arena_capsule == NULL) return -1;
   name_attribute = PyUnicode_InternFromString("name");
-  set_id_attribute = PyUnicode_InternFromString("process_set_id");
-  if (!name_attribute || !set_id_attribute) return -1;
+  if (name_attribute == NULL) return -1;
   float_one = PyFloat_FromDouble(1.0);
   if (float_one == NULL) return -1;
   for (int i = 0; i < 7; ++i) {

@@ -1,4 +1,4 @@
-/* hvdlite._hotpath, NamedAllreduce: what the NumPy API keeps per all-reduce name (ops._PREPARED_REQUESTS), in one
+/* hvdlite._tensor_calls, NamedAllreduce: what the NumPy API keeps per all-reduce name (ops._PREPARED_REQUESTS), in one
  * object: a copy of the name's prepared C request (its dims inline), its last output arrays for recycling, and
  * the PreparedRequest that holds the core's token and the memory the request points to.
  *
@@ -8,12 +8,12 @@
  * PreparedRequest); perf put a third of the NumPy path's extra time over the pointer-level path on those loads.
  * Here they are four lines side by side.
  */
-#include "hotpath.h"
+#include "array_collectives.h"
+
+#include "requests.h"
 
 #include <structmember.h>
 #include <string.h>
-
-uint64_t named_allreduce_generation = 1;
 
 static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *prepared;
@@ -29,9 +29,6 @@ static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
   }
   for (int i = 0; i < KEPT_OUTPUTS; ++i) self->outputs[i] = Py_NewRef(Py_None);
   self->prepared = Py_NewRef(prepared);
-  self->next_name = NULL;
-  self->next_entry = NULL;
-  self->next_generation = 0;
   return (PyObject *)self;
 }
 
@@ -44,14 +41,11 @@ static int named_traverse(NamedAllreduce *self, visitproc visit, void *arg) {
 static int named_clear(NamedAllreduce *self) {
   for (int i = 0; i < KEPT_OUTPUTS; ++i) Py_CLEAR(self->outputs[i]);
   Py_CLEAR(self->prepared);
-  Py_CLEAR(self->next_name);
-  self->next_generation = 0;
   self->request.ndim = 0; /* matches nothing any more: the memory request points to may be gone */
   return 0;
 }
 
 static void named_dealloc(NamedAllreduce *self) {
-  ++named_allreduce_generation; /* nothing may use it by borrowed reference any more */
   PyObject_GC_UnTrack(self);
   named_clear(self);
   Py_TYPE(self)->tp_free((PyObject *)self);
@@ -76,7 +70,7 @@ static PyMemberDef named_members[] = {
 
 PyTypeObject NamedAllreduceType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "hvdlite._hotpath.NamedAllreduce",
+    .tp_name = "hvdlite._tensor_calls.NamedAllreduce",
     .tp_doc = "NamedAllreduce(prepared): one name's prepared all-reduce and its recycled outputs, for the NumPy API.",
     .tp_basicsize = sizeof(NamedAllreduce),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,

@@ -2,11 +2,10 @@
  * a memory handler while it makes one): their data packed end to end in 2 MiB chunks advised for huge pages.
  *
  * Why: outputs made one by one, as each name is first seen, land in the malloc heap between the other
- * allocations of that moment (the name's request, its shape, Python's buffers). Measured, 2 ranks, 256 x 16 KiB
- * one by one: the same outputs with 600 malloc'd bytes between them made a step 70-100 us slower (of ~0.7 ms)
- * than outputs back to back, in the caller and in the background thread alike; views of one block were the
- * fastest (docs/benchmarks.md, session 24). Chunks give every recycled output that layout, whatever else the
- * program allocates meanwhile.
+ * allocations of that moment (the name's request, its shape, Python's buffers), and a step that reads and writes
+ * outputs scattered that way measured slower, in the caller and in the background thread alike, than the same
+ * outputs back to back (docs/decisions/per-tensor-calls-in-c.md). Chunks give every recycled output that
+ * layout, whatever else the program allocates meanwhile.
  *
  * Each allocation is a 64-byte header (its size, which also says where it lives) and the data, 64-byte aligned.
  * A chunk counts its live allocations; an empty chunk is reused from its start, or kept as the one spare, or
@@ -15,15 +14,15 @@
 #pragma once
 #include <stddef.h>
 
-#ifndef HOTPATH_INTERNAL
-#define HOTPATH_INTERNAL __attribute__((visibility("hidden")))
+#ifndef EXTENSION_INTERNAL
+#define EXTENSION_INTERNAL __attribute__((visibility("hidden")))
 #endif
 
 /* The four functions of a NumPy memory handler (PyDataMem_Handler's allocator); ctx is unused. */
-HOTPATH_INTERNAL void *output_arena_malloc(void *ctx, size_t size);
-HOTPATH_INTERNAL void *output_arena_calloc(void *ctx, size_t count, size_t size);
-HOTPATH_INTERNAL void *output_arena_realloc(void *ctx, void *data, size_t size);
-HOTPATH_INTERNAL void output_arena_free(void *ctx, void *data, size_t size);
+EXTENSION_INTERNAL void *output_arena_malloc(void *ctx, size_t size);
+EXTENSION_INTERNAL void *output_arena_calloc(void *ctx, size_t count, size_t size);
+EXTENSION_INTERNAL void *output_arena_realloc(void *ctx, void *data, size_t size);
+EXTENSION_INTERNAL void output_arena_free(void *ctx, void *data, size_t size);
 
 /* Bytes mapped for chunks now (the spare included); for tests of boundedness. */
-HOTPATH_INTERNAL size_t output_arena_chunk_bytes(void);
+EXTENSION_INTERNAL size_t output_arena_chunk_bytes(void);

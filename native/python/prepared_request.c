@@ -1,11 +1,10 @@
-/* hvdlite._hotpath, PreparedRequestBase: the C half of hvdlite.requests.PreparedRequest.
+/* hvdlite._tensor_calls, PreparedRequestBase: the C half of hvdlite.requests.PreparedRequest.
  *
  * The torch optimizer submits every gradient through a PreparedRequest, once per step. As a Python method,
- * submit cost a Python frame on top of the C call it made (70-90 ns of 200-300 per submission, 256 tensors:
- * 20 us a step). Here submit and run are the methods themselves: the request's address and name live in this
+ * submit cost a Python frame on top of the C call it made, a third of a submission. Here submit and run are the methods themselves: the request's address and name live in this
  * struct, and requests.py's subclass fills the C request, prepares it with the core and keeps what it points to.
  */
-#include "hotpath.h"
+#include "requests.h"
 
 #include <structmember.h>
 
@@ -71,7 +70,7 @@ static PyMemberDef prepared_members[] = {
 
 PyTypeObject PreparedRequestBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "hvdlite._hotpath.PreparedRequestBase",
+    .tp_name = "hvdlite._tensor_calls.PreparedRequestBase",
     .tp_doc = "A filled request submitted again and again with new buffers (see hvdlite.requests.PreparedRequest).",
     .tp_basicsize = sizeof(PreparedRequestBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,

@@ -1,20 +1,21 @@
-/* hvdlite._hotpath, Request part: hvdlite.requests.submit(Request) and run(Request) in C for the common case.
+/* hvdlite._tensor_calls, Request part: hvdlite.requests.submit(Request) and run(Request) in C for the common case.
  *
  * The adapters' one-off collectives (torch's hvd.allreduce, broadcast, allgather...) build a Request per call.
- * Filling its C struct through cffi, field by field, cost 8.5-10.9 us a call, more than a small all-reduce.
+ * Filling its C struct through cffi, field by field, cost more than a small all-reduce.
  * Here the fields are read once each into a struct on the stack and enqueued. Anything out of the ordinary
  * (splits, cffi pointers, an unknown dtype, a process set not added, a shape that is not a short sequence of
  * ints) is left to requests.py's Python fill, which raises what is wrong: submit_request and run_request return
  * None then.
  */
-#include "hotpath.h"
+#include "requests.h"
 
 #define MAX_NDIM 32
 
 static PyObject *dtypes; /* requests.DTYPES: core dtype name -> its hvdlite_dtype value */
+PyObject *global_process_set;
 static PyObject *collective_attribute, *name_attribute, *dtype_attribute, *shape_attribute, *input_attribute,
     *output_attribute, *op_attribute, *prescale_attribute, *postscale_attribute, *root_attribute, *splits_attribute,
-    *set_attribute, *keepalive_attribute;
+    *set_attribute, *keepalive_attribute, *set_id_attribute;
 
 enum Conversion { AS_LONG, AS_DOUBLE, AS_ADDRESS };
 
@@ -111,7 +112,7 @@ python:
 static PyObject *start_request(PyObject *request,
                                PyObject *(*start)(const hvdlite_request *, PyObject *keepalive, PyObject *name)) {
   if (dtypes == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "hvdlite._hotpath: configure_requests was not called (import hvdlite.requests)");
+    PyErr_SetString(PyExc_RuntimeError, "hvdlite._tensor_calls: configure_requests was not called (import hvdlite.requests)");
     return NULL;
   }
   hvdlite_request c;
@@ -133,11 +134,25 @@ static PyObject *run_request_object(PyObject *module, PyObject *request) {
   return start_request(request, run_filled);
 }
 
-/* configure_requests(dtypes): requests.DTYPES, the dtype names the core carries. */
-static PyObject *configure_requests(PyObject *module, PyObject *table) {
-  if (!PyDict_Check(table)) return PyErr_Format(PyExc_TypeError, "configure_requests needs a dict, got %R", table);
-  Py_INCREF(table);
-  Py_XSETREF(dtypes, table);
+int process_set_id_of(PyObject *process_set) {
+  if (process_set == global_process_set) return 0;  /* the default: its id is fixed, no attribute lookup */
+  PyObject *set_id = PyObject_GetAttr(process_set, set_id_attribute);
+  long id = set_id != NULL && PyLong_Check(set_id) ? PyLong_AsLong(set_id) : -1;
+  Py_XDECREF(set_id);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    id = -1;
+  }
+  return (int)id;
+}
+
+/* configure_requests(dtypes, global_process_set): requests.DTYPES, the dtype names the core carries, and the
+ * default process set. */
+static PyObject *configure_requests(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (check_arguments("configure_requests", nargs, 2) != 0) return NULL;
+  if (!PyDict_Check(args[0])) return PyErr_Format(PyExc_TypeError, "configure_requests needs a dict, got %R", args[0]);
+  Py_XSETREF(dtypes, Py_NewRef(args[0]));
+  Py_XSETREF(global_process_set, Py_NewRef(args[1]));
   Py_RETURN_NONE;
 }
 
@@ -146,7 +161,8 @@ PyMethodDef request_object_functions[] = {
      "submit_request(request) -> Handle, or None when the request needs requests.py's checks."},
     {"run_request", run_request_object, METH_O,
      "run_request(request) -> finished Handle, or None when the request needs requests.py's checks."},
-    {"configure_requests", configure_requests, METH_O, "configure_requests(dtypes): requests.DTYPES."},
+    {"configure_requests", (PyCFunction)(void (*)(void))configure_requests, METH_FASTCALL,
+     "configure_requests(dtypes, global_process_set): requests.DTYPES and the default process set."},
     {NULL, NULL, 0, NULL}};
 
 int request_objects_ready(void) {
@@ -159,7 +175,7 @@ int request_objects_ready(void) {
                {&op_attribute, "op"}, {&prescale_attribute, "prescale_factor"},
                {&postscale_attribute, "postscale_factor"}, {&root_attribute, "root_rank"},
                {&splits_attribute, "splits"}, {&set_attribute, "process_set"},
-               {&keepalive_attribute, "keepalive"}};
+               {&keepalive_attribute, "keepalive"}, {&set_id_attribute, "process_set_id"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     *names[i].slot = PyUnicode_InternFromString(names[i].text);
     if (*names[i].slot == NULL) return -1;

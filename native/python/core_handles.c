@@ -1,15 +1,7 @@
-/* hvdlite._hotpath: the per-tensor calls of a training step, made from C.
- *
- * A step submits, waits for and releases one request per gradient. Through cffi's ABI mode each of those
- * costs microseconds of Python (argument conversion, a Python Handle object, casts of addresses), which for a
- * model of a few hundred small tensors is more than their fused all-reduce. This module makes them single C
- * calls: submitting a request filled once (hvdlite/requests.py keeps its C struct), and a handle type whose
- * wait/poll/release go straight to the core. Everything else stays in cffi (hvdlite/_native.py).
- *
- * It links against libhvdlite_core.so (found beside it) and includes only Python.h and the core's C header:
- * it knows nothing of any framework; adapters hand it integer addresses.
+/* hvdlite._tensor_calls, core handles: the Handle type, and the calls that enqueue, run, wait for and release a
+ * request in the core, each a single C call (the bottom layer of the extension: see module.c).
  */
-#include "hotpath.h"
+#include "core_handles.h"
 
 #include <structmember.h>
 
@@ -134,7 +126,8 @@ static PyObject *handle_raise_error(CoreHandle *self, PyObject *unused) {
   return raise_handle_error(self->id, self->name);
 }
 
-void forget_released(CoreHandle *self) {
+/* After the core has released the handle's id: marks it released and drops the memory it kept alive. */
+static void forget_released(CoreHandle *self) {
   self->id = RELEASED;
   Py_CLEAR(self->keepalive);
 }
@@ -150,7 +143,9 @@ static PyObject *handle_release(CoreHandle *self, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
-int finish_id(hvdlite_handle id, PyObject *name) {
+/* Waits for a core handle id (without the GIL while it is pending), then releases it whatever happened: 0, or
+ * -1 with its HvdliteError raised (name says which request). */
+static int finish_id(hvdlite_handle id, PyObject *name) {
   if (hvdlite_release_if_succeeded(id) == 0) return 0;  /* finished well: released under one lock */
   const int waited = wait_id(id, name);
   hvdlite_release(id);
@@ -226,9 +221,25 @@ static PyObject *handle_received_splits(CoreHandle *self, PyObject *unused) {
   return result;
 }
 
+/* The buffer protocol: a Handle exports the output the core allocated for it (allgather, alltoall), writable
+ * bytes valid until release. A view keeps the handle alive, not its memory: release only after the last read. */
+static int handle_get_buffer(CoreHandle *self, Py_buffer *view, int flags) {
+  static char empty;
+  if (self->id == RELEASED) {
+    PyErr_Format(PyExc_BufferError, "the handle of '%S' was already released", self->name);
+    view->obj = NULL;
+    return -1;
+  }
+  int64_t nbytes = 0;
+  void *data = (void *)hvdlite_handle_output_data(self->id, &nbytes);
+  return PyBuffer_FillInfo(view, (PyObject *)self, nbytes > 0 ? data : &empty, (Py_ssize_t)nbytes, 0, flags);
+}
+
+static PyBufferProcs handle_buffer = {.bf_getbuffer = (getbufferproc)handle_get_buffer};
+
 static PyObject *handle_output_buffer(CoreHandle *self, PyObject *unused) {
   if (self->id == RELEASED) return raise_released(self);
-  return core_output_array(self);
+  return PyMemoryView_FromObject((PyObject *)self);
 }
 
 static PyMethodDef handle_methods[] = {
@@ -246,8 +257,8 @@ static PyMethodDef handle_methods[] = {
     {"output_shape", (PyCFunction)handle_output_shape, METH_NOARGS,
      "The shape of a core-allocated output (allgather, alltoall), once finished."},
     {"output_buffer", (PyCFunction)handle_output_buffer, METH_NOARGS,
-     "The core-allocated output bytes as a uint8 array viewing core memory: valid until release (the array "
-     "keeps the handle)."},
+     "The core-allocated output bytes as a memoryview of core memory: valid until release (the view keeps "
+     "the handle)."},
     {"received_splits", (PyCFunction)handle_received_splits, METH_NOARGS,
      "Alltoall: the rows received from each rank, once finished."},
     {NULL, NULL, 0, NULL}};
@@ -261,7 +272,7 @@ static PyMemberDef handle_members[] = {
     {NULL, 0, 0, 0, NULL}};
 
 /* Not a GC type, and final: a Python subclass would be tracked by the garbage collector, whose bookkeeping and
- * collections (every 700 new handles) cost more than the rest of a submission (256 tensors: ~25 us a step). A
+ * collections (every 700 new handles) cost more than the rest of a submission. A
  * handle refers to its keepalive, name and result only (arrays and strings), never to itself. */
 PyTypeObject CoreHandleType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -276,6 +287,7 @@ PyTypeObject CoreHandleType = {
     .tp_methods = handle_methods,
     .tp_getset = handle_getset,
     .tp_members = handle_members,
+    .tp_as_buffer = &handle_buffer,
 };
 
 /* ---------------------------------------------------------------------------------------- module calls */
@@ -304,7 +316,8 @@ static CoreHandle *new_handle(void) {
   return handle;
 }
 
-hvdlite_handle enqueue_id(const hvdlite_request *request) {
+/* Enqueues a filled request: its core handle id (> 0), or -1 with the core's refusal raised as enqueue raises it. */
+static hvdlite_handle enqueue_id(const hvdlite_request *request) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
   char error[ERROR_BYTES];
   error[0] = '\0';
@@ -408,7 +421,7 @@ PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObje
 /* point_group(requests_address, inputs, outputs, names): points each of the filled requests at its input and
  * output (sequences of addresses or contiguous buffers, one per request); a buffer that cannot be used
  * raises naming its tensor (names[i]) and leaves the requests partly pointed (the caller submits nothing). */
-static PyObject *hotpath_point_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *calls_point_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (check_arguments("point_group", nargs, 4) != 0) return NULL;
   hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
   if (PyErr_Occurred()) return NULL;
@@ -441,7 +454,7 @@ done:
 }
 
 /* enqueue(request_address, keepalive, name): enqueues the filled request as it is. */
-static PyObject *hotpath_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *calls_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (check_arguments("enqueue", nargs, 3) != 0) return NULL;
   const hvdlite_request *request = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
   if (PyErr_Occurred()) return NULL;
@@ -484,7 +497,7 @@ static hvdlite_handle *ids_of(PyObject *handles, int allow_released, PyObject **
 
 /* wait_all(handles): waits for every handle in one call (one wake-up), then raises HvdliteError for the
  * first that failed, if any. */
-static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
+static PyObject *calls_wait_all(PyObject *module, PyObject *handles) {
   PyObject *fast;
   Py_ssize_t count;
   hvdlite_handle *ids = ids_of(handles, 0, &fast, &count);
@@ -505,7 +518,7 @@ static PyObject *hotpath_wait_all(PyObject *module, PyObject *handles) {
 }
 
 /* release_all(handles): releases every handle not released yet. */
-static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
+static PyObject *calls_release_all(PyObject *module, PyObject *handles) {
   PyObject *fast;
   Py_ssize_t count;
   hvdlite_handle *ids = ids_of(handles, 1, &fast, &count);
@@ -524,61 +537,38 @@ static PyObject *hotpath_release_all(PyObject *module, PyObject *handles) {
 }
 
 /* raise_handle_error(handle_id, name): raises the failed request's HvdliteError (for handles kept as C ids). */
-static PyObject *hotpath_raise_handle_error(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *calls_raise_handle_error(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
   if (check_arguments("raise_handle_error", nargs, 2) != 0) return NULL;
   const long long id = PyLong_AsLongLong(args[0]);
   if (id == -1 && PyErr_Occurred()) return NULL;
   return raise_handle_error((hvdlite_handle)id, args[1]);
 }
 
-static PyObject *hotpath_orphans(PyObject *module, PyObject *unused) {
+static PyObject *calls_orphans(PyObject *module, PyObject *unused) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
   return PyLong_FromSsize_t(PyList_GET_SIZE(orphans));
 }
 
-static PyMethodDef hotpath_functions[] = {
-    {"point_group", (PyCFunction)(void (*)(void))hotpath_point_group, METH_FASTCALL,
+PyMethodDef core_handle_functions[] = {
+    {"point_group", (PyCFunction)(void (*)(void))calls_point_group, METH_FASTCALL,
      "point_group(requests_address, inputs, outputs, names): sets each filled request's buffers."},
-    {"enqueue", (PyCFunction)(void (*)(void))hotpath_enqueue, METH_FASTCALL,
+    {"enqueue", (PyCFunction)(void (*)(void))calls_enqueue, METH_FASTCALL,
      "enqueue(request_address, keepalive, name) -> Handle"},
-    {"wait_all", hotpath_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
-    {"release_all", hotpath_release_all, METH_O, "release_all(handles): releases those not released yet."},
-    {"raise_handle_error", (PyCFunction)(void (*)(void))hotpath_raise_handle_error, METH_FASTCALL,
+    {"wait_all", calls_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
+    {"release_all", calls_release_all, METH_O, "release_all(handles): releases those not released yet."},
+    {"raise_handle_error", (PyCFunction)(void (*)(void))calls_raise_handle_error, METH_FASTCALL,
      "raise_handle_error(handle_id, name): raises the failed request's HvdliteError."},
-    {"orphans", hotpath_orphans, METH_NOARGS,
+    {"orphans", calls_orphans, METH_NOARGS,
      "orphans() -> how many dropped handles still wait for their collective (for tests)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef hotpath_module = {
-    PyModuleDef_HEAD_INIT, "hvdlite._hotpath",
-    "Per-tensor submit / wait / release of hvdlite's core, as single C calls.", -1, hotpath_functions};
-
-PyMODINIT_FUNC PyInit__hotpath(void) {
-  if (PyType_Ready(&CoreHandleType) < 0 || PyType_Ready(&PreparedRequestBaseType) < 0 ||
-      PyType_Ready(&NamedAllreduceType) < 0 || PyType_Ready(&TorchCallType) < 0) {
-    return NULL;
-  }
+int core_handles_ready(void) {
+  if (PyType_Ready(&CoreHandleType) < 0) return -1;
   PyObject *errors = PyImport_ImportModule("hvdlite.errors");
-  if (errors == NULL) return NULL;
+  if (errors == NULL) return -1;
   hvdlite_error = PyObject_GetAttrString(errors, "HvdliteError");
   Py_DECREF(errors);
-  if (hvdlite_error == NULL) return NULL;
+  if (hvdlite_error == NULL) return -1;
   orphans = PyList_New(0);
-  if (orphans == NULL) return NULL;
-  if (array_collectives_ready() != 0 || request_objects_ready() != 0) return NULL;
-  PyObject *module = PyModule_Create(&hotpath_module);
-  if (module == NULL) return NULL;
-  if (PyModule_AddFunctions(module, array_collective_functions) != 0 ||
-      PyModule_AddFunctions(module, request_object_functions) != 0 ||
-      PyModule_AddFunctions(module, int_handle_functions) != 0 ||
-      PyModule_AddFunctions(module, torch_tensor_functions) != 0 || array_collectives_constants(module) != 0) {
-    Py_DECREF(module);
-    return NULL;
-  }
-  if (PyModule_AddType(module, &CoreHandleType) < 0 || PyModule_AddType(module, &PreparedRequestBaseType) < 0 ||
-      PyModule_AddType(module, &NamedAllreduceType) < 0 || PyModule_AddType(module, &TorchCallType) < 0) {
-    Py_DECREF(module);
-    return NULL;
-  }
-  return module;
+  return orphans != NULL ? 0 : -1;
 }
