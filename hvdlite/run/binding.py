@@ -2,8 +2,8 @@
 
 Why bind at all: a rank is two threads (the training loop and hvdlite's background thread) that hand work to each
 other. Unbound, the scheduler moves them onto other ranks' CPUs, and a hand-over becomes a wake-up of another CPU
-(on a VM, of a halted vCPU: tens of microseconds). Measured on the 2-CPU VM (docs/benchmarks.md, session 15): a
-4 KiB all-reduce took 15-22 us in every launch bound, 16-43 us unbound (gloo initialised beside it).
+(on a VM, of a halted vCPU), which made small all-reduces slower and their times bimodal
+(docs/decisions/negotiation-rounds-on-the-background-thread.md).
 """
 import os
 from dataclasses import dataclass

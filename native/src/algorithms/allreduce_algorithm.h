@@ -38,8 +38,8 @@ class AllreduceAlgorithm {
   // buffer first).
   virtual bool takes_pieces() const { return false; }
   // The pieces laid end to end (count elements in all; every rank's pieces have the same sizes).
-  [[nodiscard]] virtual std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces,
-                                              int64_t count, DataType dtype, ReduceOp op) {
+  [[nodiscard]] virtual std::string RunPieces(const CommContext & /*ctx*/, const std::vector<BufferPiece> & /*pieces*/,
+                                              int64_t /*count*/, DataType /*dtype*/, ReduceOp /*op*/) {
     return std::string(name()) + " all-reduce cannot reduce a batch in pieces";
   }
 };

@@ -11,9 +11,8 @@ namespace {
 constexpr int64_t kChunkBytes = 256 << 10;
 
 // A single tensor up to this size is staged too: packing it costs a copy, but plain loads from shared memory
-// beat the kernel's page pinning while the copies stay in cache. Two ranks, against MPI_Allreduce in the same
-// run: 2 MiB 1.9-2.2x staged vs 1.3-1.6x read in place, 4 MiB 1.8x vs 1.2-1.9x, 8 MiB even, 16 MiB 1.4-1.7x
-// vs 1.7x (docs/benchmarks.md, session 17).
+// beat the kernel's page pinning while the copies stay in cache; above this size they no longer do, and three
+// copies per byte lose to one (docs/decisions/direct-allreduce-within-a-host.md).
 constexpr int64_t kStagedSingleMaxBytes = 4 << 20;
 
 // Every rank learns whether all succeeded; the failing rank reports its own error, the others name it.
