@@ -8,6 +8,7 @@ import ml_dtypes
 import tensorflow as tf
 
 import hvdlite.tensorflow as hvd
+from harness.reference import reduce_reference
 
 tf.get_logger().setLevel("ERROR")  # tracing a fresh tf.function per check is the point here
 pytestmark = [pytest.mark.ranks(2, 3), pytest.mark.hvd_env(TF_NUM_INTEROP_THREADS=1, TF_NUM_INTRAOP_THREADS=1, TF_CPP_MIN_LOG_LEVEL=2)]
@@ -83,23 +84,6 @@ def rank_values(rank, shape, dtype, seed, kind="any"):
     return np.asarray(values).astype(np_dtype(dtype))
 
 
-def reduce_reference(arrays, op_name, dtype, prescale=1.0, postscale=1.0):
-    stack = np.stack([a.astype(np.float64) for a in arrays]) * prescale
-    if op_name == "Sum":
-        out = stack.sum(0)
-    elif op_name == "Average":
-        out = stack.sum(0) / len(arrays)
-        if not dtype.is_floating:
-            out = np.trunc(out)
-    elif op_name == "Min":
-        out = stack.min(0)
-    elif op_name == "Max":
-        out = stack.max(0)
-    else:
-        out = stack.prod(0)
-    return out * postscale
-
-
 def in_mode(mode, fn):
     """fn as called eagerly, or compiled by tf.function (traced afresh for this check)."""
     return fn if mode == "eager" else tf.function(fn)
@@ -123,23 +107,23 @@ def test_allreduce(mode):
             out = fn(tf.constant(inputs[RANK]))
             label = f"{mode} allreduce {op_name} {dtype.name}"
             checks.true(label + " dtype", out.dtype == dtype, f"{out.dtype}")
-            checks.close(label, out.numpy(), reduce_reference(inputs, op_name, dtype), **tolerance(dtype))
+            checks.close(label, out.numpy(), reduce_reference(inputs, op_name), **tolerance(dtype))
     for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
         inputs = [rank_values(r, (5,), dtype, seed=7) for r in range(SIZE)]
         fn = in_mode(mode, lambda x: hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0))
         checks.close(f"{mode} allreduce scaled {dtype.name}", fn(tf.constant(inputs[RANK])).numpy(),
-                     reduce_reference(inputs, "Sum", dtype, 0.5, 3.0), **tolerance(dtype))
+                     reduce_reference(inputs, "Sum", 0.5, 3.0), **tolerance(dtype))
     # The deprecated average argument and Horovod's default (Average).
     inputs = [rank_values(r, (4,), tf.float32, seed=9) for r in range(SIZE)]
     checks.close(f"{mode} allreduce average=False", in_mode(mode, lambda x: hvd.allreduce(x, average=False))(
-        tf.constant(inputs[RANK])).numpy(), reduce_reference(inputs, "Sum", tf.float32), rtol=1e-5, atol=1e-5)
+        tf.constant(inputs[RANK])).numpy(), reduce_reference(inputs, "Sum"), rtol=1e-5, atol=1e-5)
     checks.close(f"{mode} allreduce default op", in_mode(mode, lambda x: hvd.allreduce(x))(
-        tf.constant(inputs[RANK])).numpy(), reduce_reference(inputs, "Average", tf.float32), rtol=1e-5, atol=1e-5)
+        tf.constant(inputs[RANK])).numpy(), reduce_reference(inputs, "Average"), rtol=1e-5, atol=1e-5)
     # Variables are read, and fp16 compression gives back float32.
     variable = tf.Variable(inputs[RANK])
     out = in_mode(mode, lambda: hvd.allreduce(variable, compression=hvd.Compression.fp16))()
     checks.true(f"{mode} allreduce fp16 compression dtype", out.dtype == tf.float32, f"{out.dtype}")
-    checks.close(f"{mode} allreduce fp16 compression", out.numpy(), reduce_reference(inputs, "Average", tf.float32),
+    checks.close(f"{mode} allreduce fp16 compression", out.numpy(), reduce_reference(inputs, "Average"),
                  rtol=2e-3, atol=2e-3)
 
 
@@ -151,7 +135,7 @@ def test_grouped_allreduce(mode):
     outs = fn(*[tf.constant(per_rank[RANK]) for per_rank in inputs])
     for i, dtype in enumerate(dtypes):
         checks.close(f"{mode} grouped_allreduce {i} {dtype.name}", outs[i].numpy(),
-                     reduce_reference(inputs[i], "Sum", dtype), **tolerance(dtype))
+                     reduce_reference(inputs[i], "Sum"), **tolerance(dtype))
 
 
 # --- allgather, broadcast, alltoall, reducescatter -----------------------------------------------------------
@@ -214,16 +198,16 @@ def test_reducescatter(mode):
         for op_name in ("Sum", "Average", "Min", "Max"):
             inputs = [rank_values(r, (dim0, 2), dtype, seed=60) for r in range(SIZE)]
             out = in_mode(mode, lambda x, op=OPS[op_name]: hvd.reducescatter(x, op=op))(tf.constant(inputs[RANK]))
-            expected = reduce_reference(inputs, op_name, dtype)[reducescatter_slice(dim0, RANK)]
+            expected = reduce_reference(inputs, op_name)[reducescatter_slice(dim0, RANK)]
             checks.close(f"{mode} reducescatter {op_name} {dtype.name}", out.numpy(), expected, **tolerance(dtype))
     a = [rank_values(r, (SIZE * 2, 3), tf.float32, seed=61) for r in range(SIZE)]
     b = [rank_values(r, (SIZE + 2,), tf.float64, seed=62) for r in range(SIZE)]
     outs = in_mode(mode, lambda x, y: hvd.grouped_reducescatter([x, y], op=hvd.Sum))(
         tf.constant(a[RANK]), tf.constant(b[RANK]))
     checks.close(f"{mode} grouped_reducescatter 0", outs[0].numpy(),
-                 reduce_reference(a, "Sum", tf.float32)[reducescatter_slice(SIZE * 2, RANK)], rtol=1e-5, atol=1e-5)
+                 reduce_reference(a, "Sum")[reducescatter_slice(SIZE * 2, RANK)], rtol=1e-5, atol=1e-5)
     checks.close(f"{mode} grouped_reducescatter 1", outs[1].numpy(),
-                 reduce_reference(b, "Sum", tf.float64)[reducescatter_slice(SIZE + 2, RANK)], rtol=1e-12)
+                 reduce_reference(b, "Sum")[reducescatter_slice(SIZE + 2, RANK)], rtol=1e-12)
 
 
 # --- gradients -----------------------------------------------------------------------------------------------
@@ -379,8 +363,7 @@ def test_process_set(mode, subset):
         return
     inputs = {r: rank_values(r, (4,), tf.float32, seed=100) for r in subset.ranks}
     out = in_mode(mode, lambda x: hvd.allreduce(x, op=hvd.Sum, process_set=subset))(tf.constant(inputs[RANK]))
-    checks.close(f"{mode} process set allreduce", out.numpy(), reduce_reference(list(inputs.values()), "Sum",
-                                                                                 tf.float32), rtol=1e-5, atol=1e-5)
+    checks.close(f"{mode} process set allreduce", out.numpy(), reduce_reference(list(inputs.values()), "Sum"), rtol=1e-5, atol=1e-5)
     out = in_mode(mode, lambda x: hvd.allgather(x, process_set=subset))(tf.constant(inputs[RANK]))
     checks.close(f"{mode} process set allgather", out.numpy(), np.concatenate([inputs[r] for r in subset.ranks]))
     root = len(subset.ranks) - 1
@@ -400,10 +383,10 @@ def test_unnamed_collectives_of_a_subset(mode, subset):
         return partial, hvd.allreduce(x, op=hvd.Sum)
     partial, total = in_mode(mode, body)(tf.constant(inputs[RANK]))
     checks.close(f"{mode} unnamed global allreduce after a subset's", total.numpy(),
-                 reduce_reference(inputs, "Sum", tf.float32), rtol=1e-5, atol=1e-5)
+                 reduce_reference(inputs, "Sum"), rtol=1e-5, atol=1e-5)
     if member:
         checks.close(f"{mode} unnamed subset allreduce", partial.numpy(),
-                     reduce_reference([inputs[r] for r in subset.ranks], "Sum", tf.float32), rtol=1e-5, atol=1e-5)
+                     reduce_reference([inputs[r] for r in subset.ranks], "Sum"), rtol=1e-5, atol=1e-5)
 
 
 # --- errors: every rank raises, and the core keeps working --------------------------------------------------
@@ -433,7 +416,7 @@ def test_errors(mode):
         mode, lambda x: hvd.allreduce(x))(tf.zeros((3,), tf.uint16)), match=("uint16",))
     inputs = [rank_values(r, (3,), tf.float32, seed=110) for r in range(SIZE)]
     out = in_mode(mode, lambda x: hvd.allreduce(x, op=hvd.Sum))(tf.constant(inputs[RANK]))
-    checks.close(f"{mode} allreduce works after errors", out.numpy(), reduce_reference(inputs, "Sum", tf.float32),
+    checks.close(f"{mode} allreduce works after errors", out.numpy(), reduce_reference(inputs, "Sum"),
                  rtol=1e-5, atol=1e-5)
 
 
@@ -452,4 +435,4 @@ def test_names_in_control_flow():
     inputs = [rank_values(r, (3,), tf.float32, seed=120) for r in range(SIZE)]
     out = reduce_in_control_flow(tf.constant(inputs[RANK]))
     checks.close("unnamed collectives in tf.cond and tf.while_loop", out.numpy(),
-                 reduce_reference(inputs, "Sum", tf.float32) * SIZE * SIZE, rtol=1e-5, atol=1e-4)
+                 reduce_reference(inputs, "Sum") * SIZE * SIZE, rtol=1e-5, atol=1e-4)

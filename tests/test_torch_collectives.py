@@ -12,6 +12,7 @@ import torch
 from mpi4py import MPI
 
 import hvdlite.torch as hvd
+from harness.reference import reduce_reference as reference_reduce
 from harness.seeds import rank_generator
 
 pytestmark = [pytest.mark.ranks(2, 3),
@@ -45,23 +46,6 @@ def make_input(dtype, rank, shape, salt, small=False):
     else:
         low, high = (-2, 3) if small else (-40, 40)
     return torch.randint(low, high, shape, generator=g, dtype=torch.int64).to(dtype)
-
-
-def reference_reduce(inputs, op, prescale=1.0, postscale=1.0):
-    xs = np.stack([x.to(torch.float64).numpy() * prescale for x in inputs])
-    if op == "Sum":
-        out = xs.sum(0)
-    elif op == "Average":
-        out = xs.sum(0) / len(inputs)
-        if not inputs[0].dtype.is_floating_point:
-            out = np.trunc(out)
-    elif op == "Min":
-        out = xs.min(0)
-    elif op == "Max":
-        out = xs.max(0)
-    else:
-        out = xs.prod(0)
-    return out * postscale
 
 
 def tolerance(dtype):

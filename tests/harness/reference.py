@@ -33,14 +33,27 @@ def rank_input(name, shape, rank, op, seed):
     return np.asarray(values).astype(np_dtype(name))
 
 
+def is_integer(value):
+    """Whether a numpy array, torch tensor or TF tensor holds an integer type (its averages truncate)."""
+    dtype = getattr(value, "dtype", None)
+    if hasattr(dtype, "is_floating_point"):  # torch
+        return not dtype.is_floating_point
+    if hasattr(dtype, "is_floating"):  # TensorFlow
+        return not dtype.is_floating
+    return bool(np.issubdtype(np.asarray(value).dtype, np.integer))
+
+
 def reduce_reference(inputs, op, prescale=1.0, postscale=1.0):
-    """float64 reduction of the ranks' inputs with hvdlite's semantics."""
-    stacked = np.stack([x.astype(np.float64) * prescale for x in inputs])
+    """float64 reduction of the ranks' inputs (numpy arrays, torch or TF tensors) with hvdlite's semantics; op by
+    name in any case ("sum", "Average", ...)."""
+    from harness.checks import as_float64
+    op = op.lower()
+    stacked = np.stack([as_float64(x) * prescale for x in inputs])
     if op in ("sum", "average"):
         out = stacked.sum(axis=0)
         if op == "average":
             out = out / len(inputs)
-            if not np.issubdtype(inputs[0].dtype, np.floating) and inputs[0].dtype != BFLOAT16:
+            if is_integer(inputs[0]):
                 out = np.trunc(out)  # integer averages truncate toward zero
     elif op == "min":
         out = stacked.min(axis=0)
