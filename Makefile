@@ -11,11 +11,18 @@ HVDLITERUN := $(VENV)/bin/hvdliterun
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test demo bench setup native native-unit-tests clean
+.PHONY: test demo bench setup native native-unit-tests native-unit-tests-asan sanitize-address sanitize-thread clean
 
-# Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs).
+# Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs), then the
+# core's and the NumPy API's multi-rank tests again under AddressSanitizer + UBSan and under ThreadSanitizer.
 test: native-unit-tests native
 	$(PYTHON) -m pytest tests -q
+	$(MAKE) sanitize-address sanitize-thread
+
+# Each builds the core and the extension instrumented into build/sanitize-KIND and runs tests against it.
+sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
+	PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
+sanitize-address: native-unit-tests-asan
 
 # The pure parts of the core (fusion planning, response cache, slot table, reduce kernels) with GoogleTest.
 NATIVE_UNIT_TESTS := $(wildcard native/tests/*_test.cc)
@@ -24,10 +31,16 @@ NATIVE_UNDER_TEST := native/src/fusion_planner.cc native/src/response_cache.cc n
 native-unit-tests: build/native_unit_tests
 	build/native_unit_tests
 
-build/native_unit_tests: $(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) $(wildcard native/src/*.h) native/include/hvdlite.h
+# The same under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer (part of make sanitize-address).
+native-unit-tests-asan: build/native_unit_tests_asan
+	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build/native_unit_tests_asan
+
+build/native_unit_tests: SANITIZE_FLAGS :=
+build/native_unit_tests_asan: SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+build/native_unit_tests build/native_unit_tests_asan: $(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) $(wildcard native/src/*.h) native/include/hvdlite.h
 	@test -f /usr/include/gtest/gtest.h || { echo "the native unit tests need GoogleTest: apt-get install libgtest-dev"; exit 1; }
 	@mkdir -p build
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror -Inative/src -Inative/include -o $@ \
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror $(SANITIZE_FLAGS) -Inative/src -Inative/include -o $@ \
 		$(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) -lgtest -lgtest_main -pthread
 
 demo: native

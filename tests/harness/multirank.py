@@ -148,6 +148,7 @@ class MultiRankItem(pytest.Item):
     def __init__(self, *, original, job, **kwargs):
         super().__init__(**kwargs)
         self.job = job
+        self.limit = time_limit(original)  # read before the marks below hide it
         # The job keeps its tests' time limits itself: pytest-timeout must not stop this process.
         self.own_markers = [pytest.mark.timeout(0).mark] + [m for m in original.own_markers if m.name != "timeout"]
         self.keywords.update(original.keywords)
@@ -195,7 +196,7 @@ class Job:
         results = tempfile.mkdtemp(prefix="hvdlite-job-")
         os.makedirs(os.path.join(results, "shared"))
         log_path = os.path.join(results, "job.log")
-        limit = JOB_START_S + sum(time_limit(item) for item in pending)
+        limit = JOB_START_S + sum(item.limit for item in pending)
         command = [venv_tool("mpiexec"), "-n", str(self.size), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    "-p", "no:timeout",
                    *[item.nodeid for item in pending]]
@@ -213,7 +214,7 @@ class Job:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                ended = f"the job was killed after {limit} s"
+                ended = "the job was killed at its time limit"
         records = read_records(results, self.size)
         with open(log_path, errors="replace") as f:
             log_tail = f.read()[-8000:]
@@ -230,6 +231,10 @@ class Job:
             self.verdicts[item.nodeid] = judge(records, item.nodeid, self.size)
         unfinished = [item for item in pending if item.nodeid not in self.verdicts]
         if not unfinished:
+            if process.returncode != 0 and all(self.verdicts[item.nodeid].passed for item in pending):
+                # Every test passed, yet a rank failed after them (at exit: a crash in shutdown, a sanitizer's
+                # report): the last test carries it.
+                self.verdicts[pending[-1].nodeid] = Verdict(False, f"every test passed, then the job failed.\n{how}")
             return
         # The first test the job did not finish is the one it died or hung in; if no rank reported anything,
         # the job never got going (collection or start-up failed), and no relaunch would do better.
