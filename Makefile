@@ -24,9 +24,10 @@ sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
 	PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
 sanitize-address: native-unit-tests-asan
 
-# The pure parts of the core (fusion planning, response cache, slot table, reduce kernels) with GoogleTest.
+# The pure parts of the core (fusion planning, buffer layout, response cache, slot table, reduce kernels) with GoogleTest.
 NATIVE_UNIT_TESTS := $(wildcard native/tests/*_test.cc)
 NATIVE_UNDER_TEST := native/src/fusion_planner.cc native/src/response_cache.cc native/src/reduce_kernels.cc \
+	native/src/algorithms/buffer_layout.cc \
 	native/src/copy_bytes.cc native/src/messages.cc
 native-unit-tests: build/native_unit_tests
 	build/native_unit_tests
