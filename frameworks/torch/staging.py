@@ -44,7 +44,7 @@ def host_array(tensor):
     """A NumPy array viewing a tensor's memory, for the NumPy API's all-reduce, where the core can reduce it there:
     on the CPU, contiguous, at least one dimension and one element, of a dtype the core reduces (bfloat16 as
     ml_dtypes' bfloat16). None for any other tensor, which is staged instead."""
-    if not (tensor.is_cpu and tensor.dim() and tensor.is_contiguous() and tensor.numel()):
+    if not (on_host(tensor) and tensor.dim() and tensor.numel()):
         return None
     if tensor.requires_grad:
         tensor = tensor.detach()  # a third of the view's cost: only where numpy() needs it

@@ -119,25 +119,27 @@ static PyObject *track(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 static PyObject *synchronize(PyObject *module, PyObject *key) {
   const Slot filed = take_filed(key);
   if (filed.handle == NULL) return NULL;
+  const int core_handle = Py_IS_TYPE(filed.handle, &CoreHandleType);
+  const int computed = PyCallable_Check(filed.result); /* read from the finished handle, before its release */
   PyObject *value = NULL;
-  if (Py_IS_TYPE(filed.handle, &CoreHandleType) && !PyCallable_Check(filed.result)) {
+  if (core_handle && !computed) {
     /* The common case (an all-reduce of the NumPy API, its output the result): wait and release in one call. */
     if (finish_one((CoreHandle *)filed.handle) == 0) value = Py_NewRef(filed.result);
-  } else if (Py_IS_TYPE(filed.handle, &CoreHandleType)) {
-    /* The result is read from the finished handle (a core-allocated output): before it is released. */
-    if (wait_one((CoreHandle *)filed.handle) == 0) value = PyObject_CallOneArg(filed.result, filed.handle);
-    release_one((CoreHandle *)filed.handle);
   } else {
-    if (call_method(filed.handle, "wait") == 0) {
-      value = PyCallable_Check(filed.result) ? PyObject_CallOneArg(filed.result, filed.handle)
-                                             : Py_NewRef(filed.result);
+    const int waited = core_handle ? wait_one((CoreHandle *)filed.handle) : call_method(filed.handle, "wait");
+    if (waited == 0) {
+      value = computed ? PyObject_CallOneArg(filed.result, filed.handle) : Py_NewRef(filed.result);
     }
-    /* Released whatever happened, keeping the error raised so far. */
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    if (call_method(filed.handle, "release") != 0 && type != NULL) PyErr_Clear();
-    if (type != NULL) PyErr_Restore(type, error, traceback);
-    if (PyErr_Occurred()) Py_CLEAR(value);
+    if (core_handle) {
+      release_one((CoreHandle *)filed.handle);
+    } else {
+      /* Released whatever happened, keeping the error raised so far. */
+      PyObject *type, *error, *traceback;
+      PyErr_Fetch(&type, &error, &traceback);
+      if (call_method(filed.handle, "release") != 0 && type != NULL) PyErr_Clear();
+      if (type != NULL) PyErr_Restore(type, error, traceback);
+      if (PyErr_Occurred()) Py_CLEAR(value);
+    }
   }
   Py_DECREF(filed.handle);
   Py_DECREF(filed.result);

@@ -3,7 +3,7 @@
 A test marked ``@pytest.mark.ranks(2, 3)`` is collected once per rank count, as ``test_x[2 ranks]`` and
 ``test_x[3 ranks]``, and runs on that many real MPI processes: every rank runs the same test function, with
 the environment of its ``@pytest.mark.hvd_env(NAME=value)`` marks (on the test, its module, or a parameter;
-``{shared}`` in a value is a folder that every rank of the job sees, also the ``shared_tmp_path`` fixture).
+``{shared}`` in a value is a folder that every rank of the job sees).
 
 How it runs. The pytest a user starts (the *outer* one) starts no MPI. When it reaches the first multi-rank
 test of a group (same file, rank count and environment), it launches one job,
@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,12 +66,6 @@ def pytest_configure(config):
 def ranks(request):
     """The test's rank count (its parameter), or None for a single-process test."""
     return getattr(request, "param", None)
-
-
-@pytest.fixture
-def shared_tmp_path():
-    """A folder that every rank of the job sees (tmp_path is each rank's own)."""
-    return os.path.join(os.environ[JOB_RESULTS], "shared")
 
 
 def pytest_generate_tests(metafunc):
@@ -194,15 +189,21 @@ class Job:
 
     def launch(self, pending):
         results = tempfile.mkdtemp(prefix="hvdlite-job-")
-        os.makedirs(os.path.join(results, "shared"))
+        try:
+            self.run_job(pending, results)
+        finally:
+            shutil.rmtree(results, ignore_errors=True)  # what a verdict needs of it is in its text by now
+
+    def run_job(self, pending, results):
+        shared = os.path.join(results, "shared")
+        os.makedirs(shared)
         log_path = os.path.join(results, "job.log")
         limit = JOB_START_S + sum(item.limit for item in pending)
-        command = [venv_tool("mpiexec"), "-n", str(self.size), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   "-p", "no:timeout",
-                   *[item.nodeid for item in pending]]
+        command = [venv_tool("mpiexec"), "-n", str(self.size), sys.executable, "-m", "pytest", "-q",
+                   "-p", "no:cacheprovider", "-p", "no:timeout", *[item.nodeid for item in pending]]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         # "{shared}" in a value is the folder every rank of this job sees (a timeline's path, say).
-        env.update({name: value.replace("{shared}", os.path.join(results, "shared")) for name, value in self.env.items()})
+        env.update({name: value.replace("{shared}", shared) for name, value in self.env.items()})
         env.update({JOB_SIZE: str(self.size), JOB_RESULTS: results})
         started = time.monotonic()
         with open(log_path, "w") as log:
@@ -241,7 +242,8 @@ class Job:
         blamed = unfinished[:1] if records else unfinished
         for item in blamed:
             partial = judge(records, item.nodeid, self.size).text
-            self.verdicts[item.nodeid] = Verdict(False, f"the job ended in this test (no report from some ranks).\n{partial}\n{how}")
+            self.verdicts[item.nodeid] = Verdict(
+                False, f"the job ended in this test (no report from some ranks).\n{partial}\n{how}")
 
 
 def time_limit(item):
