@@ -1,19 +1,22 @@
 """Every collective x dtype x op of the core, on 2, 3 and 4 real MPI ranks, against an independent float64
 reference: under each all-reduce algorithm, and with fusion and the response cache off or tiny. A cache smaller
-than a step's tensors warns once, naming the setting."""
+than a step's tensors warns once, naming the setting. Across simulated hosts (pytest --hosts 2x2) the same tests
+run with the algorithms that work there."""
 import os
+import socket
 
 import numpy as np
 import pytest
 
 import hvdlite as hvd
 from harness.reference import DTYPES, check_close, np_dtype, rank_input, reduce_reference
+from harness.simulated_hosts import expected_topology, job_layout
 
 pytestmark = [pytest.mark.ranks(2, 3, 4),
               pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20)]  # a bug fails fast instead of hanging
 CONFIGURATIONS = {
     **{algorithm: dict(HVDLITE_ALLREDUCE_ALGORITHM=algorithm, HVDLITE_RING_SEGMENT_BYTES=4096)
-       for algorithm in ("ring", "mpi", "direct", "auto")},
+       for algorithm in ("ring", "mpi", "hierarchical", "auto", *(() if job_layout() else ("direct",)))},
     "no fusion or cache": dict(HVDLITE_FUSION_THRESHOLD=0, HVDLITE_CACHE_CAPACITY=0),
     # Constant eviction: cached bits get reassigned while requests wait on them.
     "tiny cache": dict(HVDLITE_CACHE_CAPACITY=8, HVDLITE_FUSION_THRESHOLD=65536),
@@ -195,7 +198,12 @@ def test_process_set():
     hvd.barrier()
 
 
-def test_topology_of_one_host():
+def test_topology():
     rank, size = hvd.rank(), hvd.size()
-    assert hvd.local_size() == size and hvd.local_rank() == rank and hvd.cross_size() == 1
+    layout = job_layout()
+    where = expected_topology(rank, *layout) if layout else dict(
+        host=socket.gethostname(), local_rank=rank, local_size=size, cross_rank=0, cross_size=1)
+    found = dict(host=socket.gethostname(), local_rank=hvd.local_rank(), local_size=hvd.local_size(),
+                 cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size())
+    assert found == where, f"rank {rank}: {found}, expected {where}"
     assert hvd.mpi_threads_supported()

@@ -301,9 +301,6 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
-  MPI_Comm_dup(world_, &wake_comm_);  // wake messages out of quiet, apart from everything else
-  quiet_ = false;
-  wake_request_ = MPI_REQUEST_NULL;
   Topology t;
   MPI_Comm_rank(world_, &t.rank);
   MPI_Comm_size(world_, &t.size);
@@ -322,11 +319,12 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
       *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
                "memory (process_vm_readv and shared memory), but " + why_not_direct + "; use ring or auto";
-      for (MPI_Comm *comm : {&cross_, &local_, &wake_comm_, &world_}) MPI_Comm_free(comm);
+      for (MPI_Comm *comm : {&cross_, &local_, &world_}) MPI_Comm_free(comm);
       return false;
     }
     Log(LogLevel::kDebug, "direct all-reduce unavailable (auto uses the ring): " + why_not_direct);
   }
+  quiet_.Start(world_);
   // Overlapping async collectives with computation needs a core for the background thread: MPI busy-polls
   // while it waits, and a fused ring stalls when the two ends' threads are not running together.
   cpu_set_t cpus;
@@ -444,14 +442,13 @@ bool Core::Iterate() {
   input.shutting_down = shutting_down;
   bool first_round_awake = false;
   const auto now = Clock::now();
-  if (quiet_) {
+  if (quiet_.quiet()) {
     if (local_work) {
-      WakePeers();
+      quiet_.WakePeers();
       input.sent_wake = true;
-    } else if (!WokenByPeer()) {
+    } else if (!quiet_.WokenByPeer()) {
       return true;  // nobody anywhere has work: no round, no MPI traffic
     }
-    quiet_ = false;
     first_round_awake = true;
   }
   last_round_ = now;
@@ -465,14 +462,17 @@ bool Core::Iterate() {
   }
 
   const RoundResult &global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
-  if (first_round_awake) ReceiveWakes(global.wakes_sent_to_me);
+  if (first_round_awake) {
+    const std::vector<int32_t> &wakers = global.wakers;
+    quiet_.Awake([&](int r) { return std::find(wakers.begin(), wakers.end(), r) != wakers.end(); });
+  }
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
   Execute(*sets_.at(0), global);
   if (global.shutdown) return false;
   if (global.everyone_idle) {
     // Every rank saw the same result: all stop cycling together until one of them has work.
-    GoQuiet();
+    quiet_.GoQuiet();
   } else {
     std::vector<int32_t> ids;
     for (auto &[id, set] : sets_) {
@@ -531,37 +531,6 @@ bool Core::NothingPending() const {
   return true;
 }
 
-void Core::GoQuiet() {
-  quiet_ = true;
-  MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kWakeTag, wake_comm_, &wake_request_);
-}
-
-void Core::WakePeers() {
-  wake_sends_.clear();
-  for (int r = 0; r < topology_.size; ++r) {
-    if (r == topology_.rank) continue;
-    wake_sends_.emplace_back();
-    MPI_Isend(nullptr, 0, MPI_BYTE, r, kWakeTag, wake_comm_, &wake_sends_.back());
-  }
-}
-
-bool Core::WokenByPeer() {
-  int done = 0;
-  MPI_Test(&wake_request_, &done, MPI_STATUS_IGNORE);
-  return done != 0;
-}
-
-void Core::ReceiveWakes(int32_t count) {
-  // The round told exactly how many wake messages were sent to this rank: take them all, so none is
-  // left to be mistaken for a later wake.
-  // The receive posted when going quiet takes one of them (or none was sent to this rank: cancel it).
-  if (wake_request_ != MPI_REQUEST_NULL && count == 0) MPI_Cancel(&wake_request_);
-  MPI_Wait(&wake_request_, MPI_STATUS_IGNORE);  // returns at once if WokenByPeer already completed it
-  for (--count; count > 0; --count) MPI_Recv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kWakeTag, wake_comm_, MPI_STATUS_IGNORE);
-  MPI_Waitall(static_cast<int>(wake_sends_.size()), wake_sends_.data(), MPI_STATUSES_IGNORE);
-  wake_sends_.clear();
-}
-
 void Core::TearDown() {
   std::vector<Entry *> queued;
   {
@@ -571,12 +540,7 @@ void Core::TearDown() {
   }
   ready_cv_.notify_all();  // a caller waiting for a timeline change gives up
   for (Entry *e : queued) handles_.Fail(e->handle, kShutDownMessage);
-  if (wake_request_ != MPI_REQUEST_NULL) {
-    MPI_Cancel(&wake_request_);
-    MPI_Wait(&wake_request_, MPI_STATUS_IGNORE);
-  }
-  quiet_ = false;
-  MPI_Comm_free(&wake_comm_);
+  quiet_.Stop();
   for (auto &[id, set] : sets_) {
     for (Entry *e : set->arrival_order) {
       if (e) handles_.Fail(e->handle, kShutDownMessage);

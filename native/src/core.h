@@ -18,6 +18,7 @@
 #include "handle_table.h"
 #include "negotiation.h"
 #include "process_set.h"
+#include "quiet_wake.h"
 #include "request_registry.h"
 #include "timeline.h"
 
@@ -117,14 +118,8 @@ class Core {
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
   void ApplyTimelineRequest();
-  // Quiet: when a round shows that no rank has anything to do, every rank stops running rounds until one
-  // of them gets work and sends the others a wake message (looked for once per cycle).
   bool NothingPending() const;
   bool AnyInFlight() const;  // mutex_ held
-  void GoQuiet();
-  void WakePeers();
-  bool WokenByPeer();
-  void ReceiveWakes(int32_t count);
   RoundInput BaseRoundInput() const;
 
   // Guarded by mutex_: the queue and everything caller threads read.
@@ -184,12 +179,8 @@ class Core {
   std::vector<Entry *> fresh_;
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
-  MPI_Comm wake_comm_ = MPI_COMM_NULL;
-  static constexpr int kWakeTag = 1;
-  bool quiet_ = false;
+  QuietWake quiet_;  // rounds stop while no rank has work (quiet_wake.h)
   bool hold_async_ = false;  // HVDLITE_OVERLAP resolved: hold async work until every rank waits
-  MPI_Request wake_request_ = MPI_REQUEST_NULL;
-  std::vector<MPI_Request> wake_sends_;
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   int32_t next_set_id_ = 1;
   std::unique_ptr<CollectiveExecutor> executor_;

@@ -183,7 +183,7 @@ const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &se
   result.coordinator_words[0] = coordinator[0];
   result.coordinator_words[1] = coordinator[1];
   for (int32_t r = 0; r < set.size; ++r) {
-    if (r != set.rank && !TestBit(not_woken_by, r)) ++result.wakes_sent_to_me;
+    if (!TestBit(not_woken_by, r)) result.wakers.push_back(r);
   }
   const bool everyone_joined = bits[0] & kJoined;
   // Every rank holds and none has waited too long, and some rank still has no caller waiting (it is still

@@ -27,7 +27,7 @@ struct RoundResult {
   bool shutdown = false;        // some rank asked to shut down (global set only)
   bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
   bool held = false;            // ready cached collectives were held back (they come again next round)
-  int32_t wakes_sent_to_me = 0; // wake messages that other ranks sent this rank before the round
+  std::vector<int32_t> wakers;  // ranks that sent every other rank a wake message before the round
   uint64_t coordinator_words[2] = {0, 0};
 
   // Empty again, the lists keeping their capacity: a steady step negotiates without allocating.
@@ -37,7 +37,7 @@ struct RoundResult {
     slow_path.clear();
     eager.clear();
     shutdown = everyone_idle = held = false;
-    wakes_sent_to_me = 0;
+    wakers.clear();
     coordinator_words[0] = coordinator_words[1] = 0;
   }
 };

@@ -13,6 +13,10 @@ when the test passed on every rank, and fails with the report of every rank that
 outlives its limit (``@pytest.mark.timeout(S)``, else TEST_TIMEOUT_S) prints every thread's stack and exits,
 which ends the job (faulthandler's watchdog: it fires even while a C call holds the GIL); a job that dies or hangs fails the test that was running, and the group's remaining tests run in a new job.
 So ``pytest -k name`` selects one behaviour, and one failure never hides the checks after it.
+
+Across hosts. ``--hosts 2x2`` runs the jobs on simulated hosts (simulated_hosts.py: network namespaces, needs
+root): 2 hosts with 2 ranks each, placed in ``--placement blocks`` or ``round-robin``, over MPICH's ``--network
+ofi`` or ``ucx`` layer (TCP between hosts). Only the multi-rank tests marked for that many ranks run.
 """
 import faulthandler
 import json
@@ -27,6 +31,7 @@ import time
 
 import pytest
 
+from harness import simulated_hosts
 from harness.processes import venv_tool
 
 JOB_SIZE = "HVDLITE_TEST_JOB_SIZE"        # set in a launched job: its number of ranks
@@ -48,9 +53,59 @@ def job_rank():
     return 0
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("multirank", "multi-rank jobs")
+    group.addoption("--hosts", metavar="HxP", help="run multi-rank jobs on H simulated hosts with P ranks each")
+    group.addoption("--placement", choices=simulated_hosts.PLACEMENTS, default="blocks",
+                    help="with --hosts: consecutive ranks on one host (blocks) or on the next host (round-robin)")
+    group.addoption("--network", choices=sorted(simulated_hosts.NETWORK_LAYERS), default="ofi",
+                    help="with --hosts: MPICH's network layer between hosts")
+
+
+class AcrossHosts:
+    """The outer pytest's simulated hosts (made at the first job, removed when the session ends)."""
+
+    def __init__(self, config):
+        self.count, self.per_host = simulated_hosts.parse_layout(config.getoption("hosts"))
+        self.placement = config.getoption("placement")
+        self.network = simulated_hosts.NETWORK_LAYERS[config.getoption("network")]
+        self.hosts = None
+
+    @property
+    def size(self):
+        return self.count * self.per_host
+
+    def popen(self, program, env, **kwargs):
+        if self.hosts is None:
+            self.hosts = simulated_hosts.SimulatedHosts(self.count)
+            self.hosts.up()
+        argv = simulated_hosts.mpiexec_argv(self.hosts, venv_tool("mpiexec"), self.per_host, self.placement, program,
+                                            env=self.network.items())
+        return self.hosts.popen(self.hosts.names[0], argv, env=env, **kwargs)
+
+    def kill(self):
+        if self.hosts:
+            self.hosts.kill_processes()
+
+    def close(self):
+        if self.hosts:
+            self.hosts.down()
+            self.hosts = None
+
+
+def pytest_unconfigure(config):
+    across = getattr(config, "hvd_across_hosts", None)
+    if across:
+        across.close()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "ranks(*counts): run the test as one job per count of MPI ranks")
     config.addinivalue_line("markers", "hvd_env(**variables): environment variables of the job that runs it")
+    config.hvd_across_hosts = AcrossHosts(config) if config.getoption("hosts") and job_size() is None else None
+    if config.hvd_across_hosts:  # tests, collected here and run in the jobs, read the layout (job_layout)
+        os.environ[simulated_hosts.LAYOUT_VARIABLE] = config.getoption("hosts")
+        os.environ[simulated_hosts.PLACEMENT_VARIABLE] = config.getoption("placement")
     if job_size() is None:
         # Importing a test module here (to collect it) must not start MPI in this process.
         import mpi4py
@@ -97,6 +152,13 @@ def pytest_collection_modifyitems(session, config, items):
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
         return
+    across = config.hvd_across_hosts
+    if across:
+        # Across hosts: the multi-rank tests of the hosts' rank count, and nothing else.
+        dropped = [item for item in items if rank_count(item) != across.size]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if rank_count(item) == across.size]
     groups = {}
     for index, item in enumerate(items):
         count = rank_count(item)
@@ -199,23 +261,30 @@ class Job:
         os.makedirs(shared)
         log_path = os.path.join(results, "job.log")
         limit = JOB_START_S + sum(item.limit for item in pending)
-        command = [venv_tool("mpiexec"), "-n", str(self.size), sys.executable, "-m", "pytest", "-q",
-                   "-p", "no:cacheprovider", "-p", "no:timeout", *[item.nodeid for item in pending]]
+        program = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:timeout",
+                   *[item.nodeid for item in pending]]
+        across = self.config.hvd_across_hosts
+        command = program if across else [venv_tool("mpiexec"), "-n", str(self.size), *program]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         # "{shared}" in a value is the folder every rank of this job sees (a timeline's path, say).
         env.update({name: value.replace("{shared}", shared) for name, value in self.env.items()})
         env.update({JOB_SIZE: str(self.size), JOB_RESULTS: results})
         started = time.monotonic()
         with open(log_path, "w") as log:
-            process = subprocess.Popen(command, cwd=str(self.config.rootpath), env=env, stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            options = dict(cwd=str(self.config.rootpath), env=env, stdout=log, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, start_new_session=True)
+            process = across.popen(command, **options) if across else subprocess.Popen(command, **options)
             try:
                 process.wait(timeout=limit)
                 ended = f"the job exited with {process.returncode}"
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+                if across:
+                    across.kill()
                 process.wait()
                 ended = "the job was killed at its time limit"
+        if across:
+            across.kill()  # nothing of the job outlives it on any host
         records = read_records(results, self.size)
         with open(log_path, errors="replace") as f:
             log_tail = f.read()[-8000:]
