@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 MiB = 1024 * 1024
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
-ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct")  # index = enum hvdlite_allreduce_algorithm
+ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct", "hierarchical")  # index = enum hvdlite_allreduce_algorithm
 OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
@@ -75,6 +75,11 @@ class Setting:
     flag_scale: int = 1            # flag value times this gives the env value (MiB flags -> bytes)
     choices: Sequence[str] = ()
     default_text: Optional[str] = None
+    alias_parse: Optional[Callable[[str], object]] = None  # the alias's own meaning, where it differs
+
+    def _parse_from(self, variable, raw):
+        parse = self.alias_parse if variable == self.alias and self.alias_parse else self.parse
+        return parse(raw)
 
     def read(self, environ=None):
         """This setting's value from environ (HVDLITE_* first, then the HOROVOD_* alias, then the default)."""
@@ -83,7 +88,7 @@ class Setting:
             if variable and variable in environ:
                 raw = environ[variable]
                 try:
-                    return self.parse(raw)
+                    return self._parse_from(variable, raw)
                 except ValueError as error:
                     raise ValueError(f"{variable}={raw!r} is invalid ({self.meaning}): {error}") from None
         return self.default
@@ -126,17 +131,24 @@ SETTINGS = (
             "Seconds before stalled tensors fail with an error; 0 never", flag="--stall-shutdown-time-seconds"),
     Setting("stall_check_disable", "HVDLITE_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", False, "bool",
             _parse_bool, "Turn the stall inspector off", flag="--no-stall-check"),
-    Setting("allreduce_algorithm", "HVDLITE_ALLREDUCE_ALGORITHM", None, "auto", "choice",
+    Setting("allreduce_algorithm", "HVDLITE_ALLREDUCE_ALGORITHM", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto", "choice",
             _choice_parser(ALLREDUCE_ALGORITHMS),
-            "All-reduce algorithm: auto picks by message size (MPI_Allreduce for small ones; direct where all "
-            "ranks share a host and may read each other's memory, else ring); ring, mpi or direct force one",
-            flag="--allreduce-algorithm", choices=ALLREDUCE_ALGORITHMS),
+            "All-reduce algorithm: auto picks by message size and topology (MPI_Allreduce for small ones; on one "
+            "host direct where the ranks may read each other's memory, else ring; across hosts hierarchical "
+            "where every host has as many ranks, else ring); ring, mpi, direct or hierarchical force one "
+            "(HOROVOD_HIERARCHICAL_ALLREDUCE=1 means hierarchical)",
+            flag="--allreduce-algorithm", choices=ALLREDUCE_ALGORITHMS,
+            alias_parse=lambda text: "hierarchical" if _parse_bool(text) else "auto"),
     Setting("ring_segment_bytes", "HVDLITE_RING_SEGMENT_BYTES", None, 4 * MiB, "bytes", _parse_non_negative_int,
             "Pipelining segment of the ring all-reduce in bytes (measured: docs/benchmarks.md)",
             default_text="4194304 (4 MiB)"),
     Setting("auto_ring_min_bytes", "HVDLITE_AUTO_RING_MIN_BYTES", None, 256 * 1024, "bytes",
             _parse_non_negative_int, "With auto, messages from this many bytes use direct (or the ring), "
             "smaller ones MPI_Allreduce (measured: docs/benchmarks.md)", default_text="262144 (256 KiB)"),
+    Setting("auto_cross_host_ring_min_bytes", "HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES", None, 1 * MiB, "bytes",
+            _parse_non_negative_int, "Across hosts, with auto, messages from this many bytes use the hierarchical "
+            "all-reduce (or the ring), smaller ones MPI_Allreduce; the hierarchical one's step across hosts uses "
+            "the ring from this many bytes too (measured: docs/benchmarks.md)", default_text="1048576 (1 MiB)"),
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, when all that "
             "is predicted for a round fits in this many bytes; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),
@@ -180,6 +192,7 @@ def to_native(ffi, settings=None):
     config.allreduce_algorithm = ALLREDUCE_ALGORITHMS.index(settings["allreduce_algorithm"])
     config.ring_segment_bytes = settings["ring_segment_bytes"]
     config.auto_ring_min_bytes = settings["auto_ring_min_bytes"]
+    config.auto_cross_host_ring_min_bytes = settings["auto_cross_host_ring_min_bytes"]
     config.eager_max_bytes = settings["eager_max_bytes"]
     config.overlap = OVERLAP_MODES.index(settings["overlap"])
     config.log_level = LOG_LEVELS.index(settings["log_level"])

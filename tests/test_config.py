@@ -136,3 +136,16 @@ def test_readme_configuration_table_is_the_generated_one():
     assert match, "README.md lacks the configuration table markers"
     assert match.group(1) == config.markdown_table(), \
         "README.md's configuration table is stale: paste the output of `python -m hvdlite.config`"
+
+
+@pytest.mark.parametrize("raw,algorithm", [("1", "hierarchical"), ("true", "hierarchical"), ("0", "auto")])
+def test_horovod_hierarchical_allreduce_forces_the_hierarchical_algorithm(raw, algorithm):
+    assert config.resolve({"HOROVOD_HIERARCHICAL_ALLREDUCE": raw})["allreduce_algorithm"] == algorithm
+    # The HVDLITE_* name still wins.
+    both = {"HOROVOD_HIERARCHICAL_ALLREDUCE": raw, "HVDLITE_ALLREDUCE_ALGORITHM": "ring"}
+    assert config.resolve(both)["allreduce_algorithm"] == "ring"
+
+
+def test_a_bad_horovod_hierarchical_allreduce_names_the_variable():
+    with pytest.raises(ValueError, match="HOROVOD_HIERARCHICAL_ALLREDUCE='maybe'"):
+        config.resolve({"HOROVOD_HIERARCHICAL_ALLREDUCE": "maybe"})

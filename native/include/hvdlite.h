@@ -55,13 +55,16 @@ enum hvdlite_overlap {
   HVDLITE_OVERLAP_OFF = 2
 };
 
-/* AUTO: MPI_Allreduce below auto_ring_min_bytes; from there DIRECT where every rank is on one host and
- * may read the others' memory (process_vm_readv), else RING. */
+/* AUTO on one host: MPI_Allreduce below auto_ring_min_bytes; from there DIRECT where the ranks may read each
+ * other's memory (process_vm_readv), else RING. AUTO across hosts: MPI_Allreduce below
+ * auto_cross_host_ring_min_bytes; from there HIERARCHICAL where every host has as many ranks, else RING.
+ * HIERARCHICAL forced on a process set other than the global one runs the RING. */
 enum hvdlite_allreduce_algorithm {
   HVDLITE_ALGORITHM_AUTO = 0,
   HVDLITE_ALGORITHM_RING = 1,
   HVDLITE_ALGORITHM_MPI = 2,
-  HVDLITE_ALGORITHM_DIRECT = 3
+  HVDLITE_ALGORITHM_DIRECT = 3,
+  HVDLITE_ALGORITHM_HIERARCHICAL = 4
 };
 
 /* Settings resolved by the Python configuration table (hvdlite/config.py) and handed over at init. */
@@ -73,7 +76,9 @@ typedef struct {
   double stall_shutdown_seconds;    /* fail stalled tensors after this; 0 never */
   int32_t allreduce_algorithm;      /* enum hvdlite_allreduce_algorithm */
   int64_t ring_segment_bytes;       /* pipelining segment of the ring */
-  int64_t auto_ring_min_bytes;      /* auto: ring or direct from this many bytes, MPI below */
+  int64_t auto_ring_min_bytes;      /* auto on one host: ring or direct from this many bytes, MPI below */
+  int64_t auto_cross_host_ring_min_bytes; /* auto across hosts, and the hierarchical one's step across hosts:
+                                             the ring from this many bytes, MPI below */
   int32_t log_level;                /* 0 trace, 1 debug, 2 info, 3 warning, 4 error, 5 fatal */
   const char *timeline_path;        /* NULL or "" for none */
   int32_t timeline_mark_cycles;

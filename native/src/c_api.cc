@@ -67,6 +67,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.algorithms.algorithm = c->allreduce_algorithm;
   s.algorithms.ring_segment_bytes = c->ring_segment_bytes;
   s.algorithms.auto_ring_min_bytes = c->auto_ring_min_bytes;
+  s.algorithms.auto_cross_host_ring_min_bytes = c->auto_cross_host_ring_min_bytes;
   s.log_level = c->log_level;
   s.timeline_path = OrEmpty(c->timeline_path);
   s.timeline_mark_cycles = c->timeline_mark_cycles != 0;

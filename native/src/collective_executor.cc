@@ -22,15 +22,29 @@ bool FitsInt(int64_t v) { return v <= INT_MAX; }
 
 }  // namespace
 
-CollectiveExecutor::CollectiveExecutor(const AlgorithmSettings &settings, Timeline &timeline)
-    : settings_(settings), timeline_(timeline), ring_(settings.ring_segment_bytes) {}
+CollectiveExecutor::CollectiveExecutor(const AlgorithmSettings &settings, const HostLayout &layout,
+                                       Timeline &timeline)
+    : settings_(settings),
+      layout_(layout),
+      timeline_(timeline),
+      ring_(settings.ring_segment_bytes),
+      hierarchical_(direct_, ring_, settings.ring_segment_bytes) {
+  hierarchical_.SetTopology(layout.local, layout.cross, layout.direct_within_host,
+                            settings.auto_cross_host_ring_min_bytes);
+}
 
-AllreduceAlgorithm &CollectiveExecutor::Choose(int64_t bytes) {
+AllreduceAlgorithm &CollectiveExecutor::Choose(int64_t bytes, bool global_set) {
+  const bool hierarchical = global_set && layout_.same_ranks_per_host;
   switch (settings_.algorithm) {
     case HVDLITE_ALGORITHM_RING: return ring_;
     case HVDLITE_ALGORITHM_MPI: return mpi_;
     case HVDLITE_ALGORITHM_DIRECT: return direct_;  // init checked that it is available
+    case HVDLITE_ALGORITHM_HIERARCHICAL: return hierarchical ? static_cast<AllreduceAlgorithm &>(hierarchical_) : ring_;
     default:
+      if (layout_.hosts > 1) {
+        if (bytes < settings_.auto_cross_host_ring_min_bytes) return mpi_;
+        return hierarchical ? static_cast<AllreduceAlgorithm &>(hierarchical_) : ring_;
+      }
       if (bytes < settings_.auto_ring_min_bytes) return mpi_;
       return settings_.direct_available ? static_cast<AllreduceAlgorithm &>(direct_) : ring_;
   }
@@ -51,7 +65,7 @@ std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch 
   auto start = Clock::now();
   std::string error;
   switch (head.spec.collective) {
-    case Collective::kAllreduce: return Allreduce(ctx, batch, locals);
+    case Collective::kAllreduce: return Allreduce(ctx, batch, locals, set.id == 0);
     case Collective::kAllgather: error = Allgather(ctx, head, *locals[0]); break;
     case Collective::kBroadcast: error = Broadcast(ctx, head, *locals[0]); break;
     case Collective::kAlltoall: error = Alltoall(ctx, head, *locals[0]); break;
@@ -64,11 +78,11 @@ std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch 
 }
 
 std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBatch &batch,
-                                          const std::vector<Entry *> &locals) {
+                                          const std::vector<Entry *> &locals, bool global_set) {
   const Request &spec = batch.parts.front()->spec;
   const size_t element = DataTypeSize(spec.dtype);
   const int64_t total = batch.total_bytes / static_cast<int64_t>(element);
-  AllreduceAlgorithm &algorithm = Choose(batch.total_bytes);
+  AllreduceAlgorithm &algorithm = Choose(batch.total_bytes, global_set);
 
   auto failed = [&](const std::string &error) {
     return "all-reduce of '" + spec.name + "'" +

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/direct_allreduce.h"
+#include "algorithms/hierarchical_allreduce.h"
 #include "algorithms/mpi_allreduce.h"
 #include "algorithms/ring_allreduce.h"
 #include "messages.h"
@@ -18,19 +19,31 @@ struct AlgorithmSettings {
   int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
   int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
   int64_t auto_ring_min_bytes = 256 << 10;
+  int64_t auto_cross_host_ring_min_bytes = 1 << 20;
   bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
+};
+
+// Where the ranks run, as the algorithms need it.
+struct HostLayout {
+  int32_t hosts = 1;
+  bool same_ranks_per_host = true;  // the hierarchical all-reduce needs it
+  CommContext local{MPI_COMM_NULL, 0, 1};  // this host's ranks
+  CommContext cross{MPI_COMM_NULL, 0, 1};  // one rank per host: those with this rank's local rank
+  bool direct_within_host = false;  // this host's ranks (on every host) can read each other's memory
 };
 
 class CollectiveExecutor {
  public:
-  CollectiveExecutor(const AlgorithmSettings &settings, Timeline &timeline);
+  CollectiveExecutor(const AlgorithmSettings &settings, const HostLayout &layout, Timeline &timeline);
   // locals[i] is this rank's entry for batch.parts[i], or nullptr where this rank joined.
   // Returns an error message, or an empty string on success.
   std::string Execute(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
-  AllreduceAlgorithm &Choose(int64_t bytes);
+  // global_set: the batch belongs to the global process set (the only one the hierarchical all-reduce serves).
+  AllreduceAlgorithm &Choose(int64_t bytes, bool global_set);
 
  private:
-  std::string Allreduce(const CommContext &ctx, const FusedBatch &batch, const std::vector<Entry *> &locals);
+  std::string Allreduce(const CommContext &ctx, const FusedBatch &batch, const std::vector<Entry *> &locals,
+                        bool global_set);
   std::string Allgather(const CommContext &ctx, const Response &response, Entry &local);
   std::string Broadcast(const CommContext &ctx, const Response &response, Entry &local);
   std::string Alltoall(const CommContext &ctx, const Response &response, Entry &local);
@@ -38,10 +51,12 @@ class CollectiveExecutor {
   void Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start);
 
   AlgorithmSettings settings_;
+  HostLayout layout_;
   Timeline &timeline_;
   RingAllreduce ring_;
   MpiAllreduce mpi_;
   DirectAllreduce direct_;
+  HierarchicalAllreduce hierarchical_;  // uses direct_ and ring_ within each host
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
   std::vector<BufferPiece> pieces_;     // a batch reduced where its tensors are, reused
   std::vector<uint8_t> scratch_;

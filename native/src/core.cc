@@ -310,19 +310,28 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   MPI_Comm_split(world_, t.local_rank, t.rank, &cross_);
   MPI_Comm_rank(cross_, &t.cross_rank);
   MPI_Comm_size(cross_, &t.cross_size);
+  HostLayout hosts;
+  std::string error_text = DescribeHosts(t, &hosts);
+  AlgorithmSettings algorithms = settings.algorithms;
   // The direct all-reduce needs every rank on this host (then local_size == size on every rank, else on
   // none: all ranks take the same branch) and each able to read the others' memory.
-  AlgorithmSettings algorithms = settings.algorithms;
-  std::string why_not_direct = "the ranks are on more than one host";
-  algorithms.direct_available = t.local_size == t.size && CrossMemoryWorks(world_, &why_not_direct);
-  if (!algorithms.direct_available) {
-    if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT) {
-      *error = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
-               "memory (process_vm_readv and shared memory), but " + why_not_direct + "; use ring or auto";
-      for (MPI_Comm *comm : {&cross_, &local_, &world_}) MPI_Comm_free(comm);
-      return false;
-    }
-    Log(LogLevel::kDebug, "direct all-reduce unavailable (auto uses the ring): " + why_not_direct);
+  algorithms.direct_available = hosts.hosts == 1 && hosts.direct_within_host;
+  if (algorithms.algorithm == HVDLITE_ALGORITHM_DIRECT && !algorithms.direct_available) {
+    error_text = "HVDLITE_ALLREDUCE_ALGORITHM=direct needs every rank on one host, each able to read the others' "
+                 "memory (process_vm_readv and shared memory), but " +
+                 (hosts.hosts > 1 ? std::string("the ranks are on ") + std::to_string(hosts.hosts) + " hosts"
+                                  : error_text) + "; use ring, hierarchical or auto";
+  } else if (algorithms.algorithm == HVDLITE_ALGORITHM_HIERARCHICAL && !hosts.same_ranks_per_host) {
+    error_text = "HVDLITE_ALLREDUCE_ALGORITHM=hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE) needs the same number "
+                 "of ranks on every host, but " + error_text + "; use ring or auto";
+  } else {
+    if (!error_text.empty()) Log(LogLevel::kDebug, error_text);
+    error_text.clear();
+  }
+  if (!error_text.empty()) {
+    *error = error_text;
+    for (MPI_Comm *comm : {&cross_, &local_, &world_}) MPI_Comm_free(comm);
+    return false;
   }
   quiet_.Start(world_);
   // Overlapping async collectives with computation needs a core for the background thread: MPI busy-polls
@@ -342,7 +351,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   sets_.clear();
   sets_[0] = std::make_unique<ProcessSet>(0, all, world_, settings.cache_capacity);
   next_set_id_ = 1;
-  executor_ = std::make_unique<CollectiveExecutor>(algorithms, timeline_);
+  executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline_);
   autotuner_.reset();
   if (settings.autotune && t.rank == 0) {
     autotuner_ = std::make_unique<Autotuner>(settings.fusion_threshold_bytes, settings.cycle_time_ms,
@@ -356,6 +365,33 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   topology_ = t;
   timeline_on_ = timeline_.active();
   return true;
+}
+
+std::string Core::DescribeHosts(const Topology &t, HostLayout *hosts) {
+  hosts->local = CommContext{local_, t.local_rank, t.local_size};
+  hosts->cross = CommContext{cross_, t.cross_rank, t.cross_size};
+  // Every rank learns the number of hosts (their local rank 0s), the fewest and most ranks a host has, and
+  // whether every host's ranks can read each other's memory.
+  std::string why_not_direct;
+  const bool direct_here = CrossMemoryWorks(local_, &why_not_direct);
+  int counts[4] = {t.local_rank == 0 ? 1 : 0, t.local_size, -t.local_size, direct_here ? 1 : 0};
+  int sums[4], extremes[4];
+  MPI_Allreduce(counts, sums, 1, MPI_INT, MPI_SUM, world_);
+  MPI_Allreduce(counts + 1, extremes + 1, 3, MPI_INT, MPI_MAX, world_);
+  int every_host_direct = counts[3];
+  MPI_Allreduce(MPI_IN_PLACE, &every_host_direct, 1, MPI_INT, MPI_MIN, world_);
+  hosts->hosts = sums[0];
+  const int fewest = -extremes[2], most = extremes[1];
+  hosts->same_ranks_per_host = fewest == most;
+  hosts->direct_within_host = every_host_direct != 0;
+  if (!hosts->same_ranks_per_host) {
+    return "the " + std::to_string(hosts->hosts) + " hosts have between " + std::to_string(fewest) + " and " +
+           std::to_string(most) + " ranks";
+  }
+  if (!hosts->direct_within_host) {
+    return why_not_direct.empty() ? "the ranks of another host cannot read each other's memory" : why_not_direct;
+  }
+  return "";
 }
 
 void Core::PublishProcessSets() {

@@ -102,6 +102,9 @@ class Core {
   // execute what is ready. Returns false once a round agreed to shut down.
   bool Iterate();
   bool SetUp(const Settings &settings, MPI_Comm parent, std::string *error);
+  // Fills *hosts from the local and cross communicators (collective over world_); says why an algorithm that
+  // needs more is unavailable ("" when nothing is missing).
+  std::string DescribeHosts(const Topology &t, HostLayout *hosts);
   void TearDown();
   void Distribute(const std::vector<Entry *> &fresh);
   // A request whose process set was removed before it ran: out of flight, its handle failed.

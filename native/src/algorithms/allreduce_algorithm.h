@@ -44,6 +44,17 @@ class AllreduceAlgorithm {
   }
 };
 
+// Work on the share of a batch that one rank holds fully reduced, between the reduce-scatter and the all-gather
+// of an algorithm that has those halves (ring, direct): a hierarchical all-reduce reduces the share across
+// hosts there. The share is bytes [begin, begin + bytes) of the layout's outputs. It runs on every rank, also
+// after a local failure (its peers on other hosts wait for it); the caller reports the failure afterwards.
+class ShareStep {
+ public:
+  virtual ~ShareStep() = default;
+  [[nodiscard]] virtual std::string RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes,
+                                               DataType dtype, ReduceOp op) = 0;
+};
+
 // An algorithm written over pieces: one buffer is the batch of one piece.
 class PiecewiseAllreduce : public AllreduceAlgorithm {
  public:

@@ -28,10 +28,14 @@ std::string Agree(const CommContext &ctx, const std::string &local_error, const 
 }  // namespace
 
 std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces,
-                                       int64_t count, DataType dtype, ReduceOp op) {
-  if (CopyIfTrivial(ctx, pieces, count)) return "";
+                                       int64_t count, DataType dtype, ReduceOp op, ShareStep *between) {
   const int n = ctx.size;
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  if (CopyIfTrivial(ctx, pieces, count)) {
+    if (!between || count == 0) return "";
+    layout_.Reset(pieces);  // one rank: the whole batch is its share
+    return between->RunOnShare(layout_, 0, count * element, dtype, op);
+  }
   auto share_begin = [&](int s) { return count * s / n * element; };
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
@@ -79,11 +83,19 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
       }
       layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
     }
-    if (!staged) continue;
+    if (!staged || between) continue;
     // The result goes back where each peer packed this share (the lines just read, still in cache): each
     // rank then finds every other share reduced in its own staging buffer.
     for (int k = 1; k < n; ++k) {
       layout_.Gather(chunk, bytes, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + chunk);
+    }
+  }
+  if (between) {
+    // Peers on other hosts wait for this rank's step: it runs whatever happened here.
+    std::string step_error = between->RunOnShare(layout_, begin, end - begin, dtype, op);
+    if (error.empty()) error = step_error;
+    for (int k = 1; k < n && staged && error.empty(); ++k) {
+      layout_.Gather(begin, end - begin, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + begin);
     }
   }
   error = Agree(ctx, error, "reduce-scatter");

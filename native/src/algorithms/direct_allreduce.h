@@ -26,7 +26,12 @@ class DirectAllreduce : public PiecewiseAllreduce {
   const char *name() const override { return "direct"; }
   const char *timeline_phase() const override { return "DIRECT_ALLREDUCE"; }
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
-                        DataType dtype, ReduceOp op) override;
+                        DataType dtype, ReduceOp op) override {
+    return RunPieces(ctx, pieces, count, dtype, op, nullptr);
+  }
+  // With between (if any) run on this rank's reduced share before it is handed to the peers.
+  std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
+                        DataType dtype, ReduceOp op, ShareStep *between);
 
  private:
   // What each rank publishes. One tensor: where peers read its input and its reduced share. A fused batch:

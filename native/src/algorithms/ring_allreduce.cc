@@ -75,10 +75,14 @@ void RingAllreduce::Exchange(const CommContext &ctx, int64_t send_begin, int64_t
 }
 
 std::string RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
-                                     DataType dtype, ReduceOp op) {
-  if (CopyIfTrivial(ctx, pieces, count)) return "";
+                                     DataType dtype, ReduceOp op, ShareStep *between) {
   const int n = ctx.size;
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  if (CopyIfTrivial(ctx, pieces, count)) {
+    if (!between || count == 0) return "";
+    layout_.Reset(pieces);  // one rank: the whole batch is its share
+    return between->RunOnShare(layout_, 0, count * element, dtype, op);
+  }
   layout_.Reset(pieces);
   auto chunk_begin = [&](int c) { return count * c / n * element; };
   auto chunk_bytes = [&](int c) { return chunk_begin(c + 1) - chunk_begin(c); };
@@ -92,6 +96,9 @@ std::string RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<B
     Exchange(ctx, chunk_begin(send_chunk), chunk_bytes(send_chunk), /*send_from_input=*/step == 0,
              chunk_begin(recv_chunk), chunk_bytes(recv_chunk), /*reduce=*/true, dtype, op);
   }
+  std::string error;  // the step's; the all-gather still runs, for the peers waiting in it
+  if (between) error = between->RunOnShare(layout_, chunk_begin((ctx.rank + 1) % n), chunk_bytes((ctx.rank + 1) % n),
+                                           dtype, op);
   // All-gather: pass the finished chunks around the ring (this rank's own chunk of output is first
   // written here).
   for (int step = 0; step < n - 1; ++step) {
@@ -100,7 +107,7 @@ std::string RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<B
     Exchange(ctx, chunk_begin(send_chunk), chunk_bytes(send_chunk), /*send_from_input=*/false,
              chunk_begin(recv_chunk), chunk_bytes(recv_chunk), /*reduce=*/false, dtype, op);
   }
-  return "";
+  return error;
 }
 
 }  // namespace hvdlite

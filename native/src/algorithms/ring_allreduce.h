@@ -22,7 +22,12 @@ class RingAllreduce : public PiecewiseAllreduce {
   // The first step sends straight from the inputs, and every chunk this rank reduces is written as
   // input + received into the outputs: no copy of the inputs beforehand.
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
-                        DataType dtype, ReduceOp op) override;
+                        DataType dtype, ReduceOp op) override {
+    return RunPieces(ctx, pieces, count, dtype, op, nullptr);
+  }
+  // With between (if any) run on the chunk this rank holds reduced, before the all-gather passes it on.
+  std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
+                        DataType dtype, ReduceOp op, ShareStep *between);
   void set_segment_bytes(int64_t bytes) { segment_bytes_ = bytes > 0 ? bytes : segment_bytes_; }
 
  private:

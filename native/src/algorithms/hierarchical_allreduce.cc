@@ -1,0 +1,49 @@
+#include "hierarchical_allreduce.h"
+
+#include "../mpi_types.h"
+
+namespace hvdlite {
+
+void HierarchicalAllreduce::SetTopology(const CommContext &local, const CommContext &cross, bool direct_within_host,
+                                        int64_t cross_ring_min_bytes) {
+  local_ = local;
+  cross_ = cross;
+  direct_within_host_ = direct_within_host;
+  cross_ring_min_bytes_ = cross_ring_min_bytes;
+}
+
+std::string HierarchicalAllreduce::RunPieces(const CommContext & /*ctx*/, const std::vector<BufferPiece> &pieces,
+                                             int64_t count, DataType dtype, ReduceOp op) {
+  if (!direct_within_host_) return local_ring_.RunPieces(local_, pieces, count, dtype, op, this);
+  std::string error = local_direct_.RunPieces(local_, pieces, count, dtype, op, this);
+  // The direct algorithm agrees on failures within the host; the ranks with this local rank on other hosts
+  // learn it here, so that no host returns a result that another host's failure spoiled.
+  int failed = error.empty() ? 0 : 1;
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, cross_.comm);
+  if (failed && error.empty()) error = "hierarchical all-reduce: the reduction failed on another host (see its error)";
+  return error;
+}
+
+std::string HierarchicalAllreduce::RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes,
+                                              DataType dtype, ReduceOp op) {
+  if (cross_.size == 1 || bytes == 0) return "";
+  const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  if (bytes < cross_ring_min_bytes_) {
+    // Small: MPI's own all-reduce (latency-bound), on the share packed.
+    if (static_cast<int64_t>(packed_.size()) < bytes) packed_.resize(bytes);
+    layout.Gather(begin, bytes, /*input=*/false, packed_.data());
+    const MpiTypes &types = GlobalMpiTypes();
+    MPI_Allreduce(MPI_IN_PLACE, packed_.data(), static_cast<int>(bytes / element), types.Datatype(dtype),
+                  types.Op(dtype, op), cross_.comm);
+    layout.Scatter(begin, bytes, packed_.data());
+    return "";
+  }
+  share_.clear();
+  layout.ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    uint8_t *at = layout.Address(i, /*input=*/false) + skip;
+    share_.push_back(BufferPiece{at, at, take});
+  });
+  return cross_ring_.RunPieces(cross_, share_, bytes / element, dtype, op);
+}
+
+}  // namespace hvdlite
