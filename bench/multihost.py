@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 ALGORITHMS = ("auto", "ring", "hierarchical")
-SIZES = [4096 * 4 ** k for k in range(9)]  # 4 KiB .. 64 MiB
+SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
 QUICK_SIZES = [4096, 262144, 1 << 20, 16 << 20, 64 << 20]
 LAYOUTS = {"2x1": (2, 1, "blocks"), "4x1": (4, 1, "blocks"), "2x2": (2, 2, "blocks"), "2x2rr": (2, 2, "round-robin")}
 RATES_MBIT = (0, 1000)  # 0: unshaped
@@ -242,7 +242,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--job-json", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", help="comma-separated sizes in bytes (default: 4 KiB to 64 MiB by 4x)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=0.2, help="seconds per timed batch")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
@@ -261,7 +261,7 @@ def main():
     problem = available()
     if problem:
         raise SystemExit(f"bench/multihost.py: {problem}")
-    sizes = QUICK_SIZES if args.quick else SIZES
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else QUICK_SIZES if args.quick else SIZES
     if args.quick:
         args.repeats = min(args.repeats, 3)
     records = []

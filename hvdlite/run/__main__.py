@@ -6,8 +6,10 @@ import sys
 from . import binding
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
+from .hosts import rank_placement
 from .job import new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
+from .reachability import is_this_host, unreachable_hosts
 
 # Forwarded by name to Open MPI ranks on other hosts (hydra forwards the whole environment already).
 _FORWARDED_PREFIXES = ("HVDLITE_", "HOROVOD_", "PYTHONPATH", "LD_LIBRARY_PATH", "PATH")
@@ -26,6 +28,13 @@ def job_environment(args, environ):
     return env
 
 
+def describe_hosts(hosts, args, out):
+    """One line per host: its ranks, and how its processes are started."""
+    for name, ranks in rank_placement(hosts, args.num_proc).items():
+        how = "this host" if is_this_host(name) else f"started through `{args.launcher_exec or 'ssh'} {name} ...`"
+        print(f"hvdliterun: {name}: ranks {', '.join(map(str, ranks)) or 'none'} ({how})", file=out, flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
@@ -41,11 +50,21 @@ def main(argv=None):
     placement = binding.plan(args.bind_to, args.num_proc, hosts, binding.allowed_cpus())
     argv = build_command(flavour, mpiexec, args.num_proc, program, env=env, hosts=args.hosts,
                          hostfile=args.hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
-                         binding=binding.binding_arguments(flavour, placement))
+                         binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec)
     if args.verbose or args.dry_run:
-        print(shlex.join(argv), file=sys.stderr if args.verbose and not args.dry_run else sys.stdout, flush=True)
+        out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
+        print(shlex.join(argv), file=out, flush=True)
+        if hosts:
+            describe_hosts(hosts, args, out)
     if args.dry_run:
         return 0
+    if hosts and args.host_check:
+        problems = unreachable_hosts([host.name for host in hosts], args.launcher_exec)
+        for problem in problems:
+            _log(problem)
+        if problems:
+            _log("not starting the job (--no-host-check skips this check)")
+            return 2
     return run_job(argv, dict(os.environ, **env), new_job_id(), log=_log if args.verbose else None)
 
 

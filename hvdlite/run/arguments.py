@@ -5,8 +5,8 @@ from .. import config
 from . import binding
 from .hosts import parse_host_list, read_hostfile
 
-USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--bind-to auto|cpus|none] [tuning flags] [--verbose] "
-         "[--dry-run] COMMAND ...")
+USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
+         "[--bind-to auto|cpus|none] [tuning flags] [--verbose] [--dry-run] COMMAND ...")
 
 
 def _add_tuning_flags(parser):
@@ -36,6 +36,12 @@ def make_parser():
                         help="CPUs of each rank: 'cpus' binds each to an equal share of the host's CPUs, 'none' "
                              "leaves placement to the scheduler, 'auto' (default) binds when the job runs on this "
                              "host alone with a CPU for every rank (Open MPI: its own default binding)")
+    parser.add_argument("--launcher-exec", dest="launcher_exec", metavar="PROGRAM",
+                        help="program that starts processes on the other hosts, called as ssh would be "
+                             "(PROGRAM HOST COMMAND...); default: ssh")
+    parser.add_argument("--no-host-check", dest="host_check", action="store_false",
+                        help="do not check that every other host resolves and answers through the launcher "
+                             "before starting (each within 10 s, all at once)")
     parser.add_argument("--mpiexec", help="mpiexec to use (default: the one of the MPI hvdlite was built with)")
     parser.add_argument("--no-abort-on-exception", dest="abort_on_exception", action="store_false",
                         help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "

@@ -40,19 +40,22 @@ def _hostfile_matches(flavour, hostfile):
 
 
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
-                  run_as_root=False, binding=()):
+                  run_as_root=False, binding=(), launcher_exec=None):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
 
     hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
     forward_env: names of variables to forward as they are (Open MPI does not forward the environment to other
     hosts by itself; hydra does). run_as_root: Open MPI refuses root without --allow-run-as-root.
     binding: mpiexec options that bind the ranks to CPUs (binding.binding_arguments), after the process count.
+    launcher_exec: the program that starts processes on other hosts in ssh's place (called as ssh would be).
     """
     env = dict(env or {})
     if hosts and hostfile:
         raise ValueError("give either -H or --hostfile, not both")
     if flavour == HYDRA:
         argv = [mpiexec, "-n", str(num_proc), *binding]
+        if launcher_exec:
+            argv += ["-launcher", "ssh", "-launcher-exec", launcher_exec]
         if hosts:
             argv += ["-hosts", host_list_text(hosts)]
         elif hostfile:
@@ -64,6 +67,8 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
         argv = [mpiexec, "-np", str(num_proc), "--oversubscribe", *binding]
         if run_as_root:
             argv.append("--allow-run-as-root")
+        if launcher_exec:
+            argv += ["--mca", "plm_rsh_agent", launcher_exec]
         if hosts:
             argv += ["-H", host_list_text(hosts)]
         elif hostfile:

@@ -71,3 +71,18 @@ def read_hostfile(path):
 def host_list_text(hosts):
     """[Host('a', 2), Host('b')] -> 'a:2,b' (the spelling both hydra's -hosts and Open MPI's -H accept)."""
     return ",".join(f"{h.name}:{h.slots}" if h.slots else h.name for h in hosts)
+
+
+def rank_placement(hosts, num_proc):
+    """{host name: [ranks]} as hydra and Open MPI place ranks: each host's slots filled in order, then around again
+    (a host without slots takes one rank per turn)."""
+    placement = {host.name: [] for host in hosts}
+    rank = 0
+    while rank < num_proc:
+        for host in hosts:
+            for _ in range(host.slots or 1):
+                if rank == num_proc:
+                    break
+                placement[host.name].append(rank)
+                rank += 1
+    return placement

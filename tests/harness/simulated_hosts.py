@@ -157,9 +157,12 @@ while [ $# -gt 0 ]; do
 done
 host="$1"; shift
 case "$host" in
-  {'|'.join(self.names)}) ;;
-  *) echo "ssh: Could not resolve hostname $host: Name or service not known" >&2; exit 255 ;;
+{"".join(f"  {h}) address={self.address(h)} ;;{chr(10)}" for h in self.names)}  *) echo "ssh: Could not resolve hostname $host: Name or service not known" >&2; exit 255 ;;
 esac
+# Like ssh, reach the host over the network first: a host whose link is down does not answer.
+if ! {sys.executable} -c '{_CONNECT_PROBE}' "$address" 3; then
+  echo "ssh: connect to host $host port 22: Connection timed out" >&2; exit 255
+fi
 exec ip netns exec "{self._tag}-$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
 """
 
@@ -204,7 +207,7 @@ exec ip netns exec "{self._tag}-$host" unshare --uts sh -c 'hostname "$0" && exe
         deadline = time.monotonic() + 10
         last = self.address(self.names[-1])
         while True:
-            ping = subprocess.run(self.argv(self.names[0], [sys.executable, "-c", _CONNECT_PROBE, last]),
+            ping = subprocess.run(self.argv(self.names[0], [sys.executable, "-c", _CONNECT_PROBE, last, "0.5"]),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if ping.returncode == 0 or len(self.names) == 1:
                 return
@@ -221,13 +224,16 @@ exec ip netns exec "{self._tag}-$host" unshare --uts sh -c 'hostname "$0" && exe
             self._folder = None
 
 
-# Succeeds when a TCP connection to the address is refused or accepted (the address answers), fails on timeout.
+# Succeeds when a TCP connection to the address (port 22, as ssh's) is refused or accepted (the address answers);
+# fails on a timeout or no route. Arguments: address, seconds.
 _CONNECT_PROBE = """
 import socket, sys
 try:
-    socket.create_connection((sys.argv[1], 9), timeout=0.5).close()
+    socket.create_connection((sys.argv[1], 22), timeout=float(sys.argv[2])).close()
 except ConnectionRefusedError:
     pass
+except OSError:
+    sys.exit(1)
 """
 
 
