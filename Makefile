@@ -11,13 +11,26 @@ HVDLITERUN := $(VENV)/bin/hvdliterun
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test demo bench setup native native-unit-tests native-unit-tests-asan sanitize-address sanitize-thread clean
+.PHONY: test demo bench setup native native-unit-tests native-unit-tests-asan sanitize-address sanitize-thread \
+	test-across-hosts clean
 
 # Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs), then the
 # core's and the NumPy API's multi-rank tests again under AddressSanitizer + UBSan and under ThreadSanitizer.
 test: native-unit-tests native
 	$(PYTHON) -m pytest tests -q
-	$(MAKE) sanitize-address sanitize-thread
+	$(MAKE) test-across-hosts sanitize-address sanitize-thread
+
+# The multi-rank tests again across simulated hosts (network namespaces on this machine, TCP between them; needs
+# root): every collective, dtype and op on 2 hosts x 2 ranks in blocks and round-robin over both of MPICH's network
+# layers, and the two-rank tests of the core, NumPy, PyTorch and TensorFlow on 2 hosts x 1 rank.
+ACROSS_HOSTS_TESTS := tests/test_core_collectives.py tests/test_core_hierarchical.py tests/test_core_quiet_wake.py
+TWO_HOSTS_TESTS := $(ACROSS_HOSTS_TESTS) tests/test_core_eager.py tests/test_core_errors.py tests/test_core_overlap.py \
+	tests/test_numpy_arrays.py tests/test_torch_collectives.py tests/test_tf_collectives.py
+test-across-hosts: $(STAMPS)/hvdlite
+	for network in ofi ucx; do for placement in blocks round-robin; do \
+		$(PYTHON) -m pytest $(ACROSS_HOSTS_TESTS) -q --hosts 2x2 --placement $$placement --network $$network || exit 1; \
+	done; done
+	$(PYTHON) -m pytest $(TWO_HOSTS_TESTS) -q --hosts 2x1 --network ucx
 
 # Each builds the core and the extension instrumented into build/sanitize-KIND and runs tests against it.
 sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite

@@ -32,6 +32,7 @@ SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
 QUICK_SIZES = [4096, 262144, 1 << 20, 16 << 20, 64 << 20]
 LAYOUTS = {"2x1": (2, 1, "blocks"), "4x1": (4, 1, "blocks"), "2x2": (2, 2, "blocks"), "2x2rr": (2, 2, "round-robin")}
 RATES_MBIT = (0, 1000)  # 0: unshaped
+NOISE = 0.05  # ratios within this of 1 count as level (rounds of one run on a shared machine differ this much)
 TARGET_BUS_ONE_PER_HOST = 0.9    # >= 16 MiB, 1 rank per host: host bus bandwidth / link rate
 TARGET_SPEEDUP_2X2 = 1.3         # 64 MiB, 2 x 2: MPI time / hvdlite time
 TARGET_BUS_2X2 = 0.85
@@ -200,6 +201,22 @@ def targets(rows):
     return checks
 
 
+def crossovers(rows):
+    """{(rate, layout): the smallest size from which hvdlite's own algorithm (the better of ring and hierarchical)
+    is no slower than MPI_Allreduce (within NOISE) at every larger size}: where auto should switch on this
+    network."""
+    found = {}
+    for key in dict.fromkeys((r["rate_mbit"], r["layout"]) for r in rows):
+        mine = sorted((r for r in rows if (r["rate_mbit"], r["layout"]) == key), key=lambda r: r["bytes"])
+        switch = None
+        for r in reversed(mine):
+            if min(r["ring_over_mpi"], r["hierarchical_over_mpi"]) > 1.0 + NOISE:
+                break
+            switch = r["bytes"]
+        found[key] = switch
+    return found
+
+
 def table(rows):
     from common import format_table, human_bytes
     header = ["link", "layout", "size", "MPI ms", "auto ms", "ring ms", "hier ms", "MPI/auto", "bus Mbit/s",
@@ -276,11 +293,20 @@ def main():
                 records.append({"rate_mbit": rate, "link_mbit": rate, "tcp_mbit": tcp, "layout": layout, "job": job})
     rows = summarise(records)
     print(table(rows))
+    switches = crossovers(rows)
+    for (rate, layout), switch in switches.items():
+        print(f"{rate or 'unshaped'} Mbit/s {layout}: ring/hierarchical no slower than MPI from "
+              f"{switch if switch is not None else 'no size measured'} bytes")
+    measured = [switch for switch in switches.values() if switch is not None]
+    if measured:
+        print(f"HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES for these links: {max(measured)} (the largest crossover)")
     checks = targets(rows)
     for text, value, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
     import common
     payload = {"benchmark": "multihost", "network": args.network, "rows": rows, "records": records,
+               "crossovers": [{"rate_mbit": rate, "layout": layout, "bytes": switch}
+                              for (rate, layout), switch in switches.items()],
                "targets": [{"target": t, "value": v, "pass": ok} for t, v, ok in checks],
                "machine": {"cpu": common._cpu_model(), "cores": os.cpu_count(), "git": common._git_revision(),
                            "command": "python " + " ".join(common._relative_argv()),

@@ -14,7 +14,7 @@ import hvdlite.run
 from hvdlite.run import binding
 from hvdlite.run.arguments import parse_args
 from hvdlite.run.command import abort_on_exception, build_command
-from hvdlite.run.hosts import Host, parse_host_list, read_hostfile
+from hvdlite.run.hosts import Host, parse_host_list, rank_placement, read_hostfile
 from hvdlite.run.job import processes_with_environment
 from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
 
@@ -35,6 +35,23 @@ def test_openmpi_spells_hosts_env_oversubscribe_and_root():
                          forward_env=["HOROVOD_TIMELINE", "OMP_NUM_THREADS"], run_as_root=True)
     assert argv == ["mpirun", "-np", "4", "--oversubscribe", "--allow-run-as-root", "-H", "a:2",
                     "-x", "OMP_NUM_THREADS=1", "-x", "HOROVOD_TIMELINE", "prog"]
+
+
+def test_a_launcher_program_is_spelled_for_hydra_and_open_mpi():
+    hydra = build_command(HYDRA, "mpiexec", 2, ["prog"], hosts=[Host("a", 1), Host("b", 1)], launcher_exec="/x/rsh")
+    assert hydra[3:9] == ["-launcher", "ssh", "-launcher-exec", "/x/rsh", "-hosts", "a:1,b:1"], hydra
+    openmpi = build_command(OPENMPI, "mpirun", 2, ["prog"], hosts=[Host("a", 1)], launcher_exec="/x/rsh")
+    assert openmpi[4:7] == ["--mca", "plm_rsh_agent", "/x/rsh"], openmpi
+
+
+@pytest.mark.parametrize("hosts,num_proc,expected", [
+    ([Host("a", 2), Host("b", 2)], 4, {"a": [0, 1], "b": [2, 3]}),
+    ([Host("a", 1), Host("b", 1)], 4, {"a": [0, 2], "b": [1, 3]}),        # around again: round-robin
+    ([Host("a", 2), Host("b")], 5, {"a": [0, 1, 3, 4], "b": [2]}),
+    ([Host("a", 3), Host("b", 3)], 2, {"a": [0, 1], "b": []}),
+])
+def test_rank_placement_fills_each_hosts_slots_in_turn(hosts, num_proc, expected):
+    assert rank_placement(hosts, num_proc) == expected
 
 
 def test_openmpi_without_root_has_no_root_flag():

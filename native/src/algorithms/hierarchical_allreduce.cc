@@ -14,6 +14,9 @@ void HierarchicalAllreduce::SetTopology(const CommContext &local, const CommCont
 
 std::string HierarchicalAllreduce::RunPieces(const CommContext & /*ctx*/, const std::vector<BufferPiece> &pieces,
                                              int64_t count, DataType dtype, ReduceOp op) {
+  // One rank per host: the ring across hosts alone, reading the inputs where they are (the local halves would
+  // first copy every input to its output).
+  if (local_.size == 1) return cross_ring_.RunPieces(cross_, pieces, count, dtype, op);
   if (!direct_within_host_) return local_ring_.RunPieces(local_, pieces, count, dtype, op, this);
   std::string error = local_direct_.RunPieces(local_, pieces, count, dtype, op, this);
   // The direct algorithm agrees on failures within the host; the ranks with this local rank on other hosts
