@@ -305,9 +305,10 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
     import common
     payload = {"benchmark": "multihost", "network": args.network, "rows": rows, "records": records,
+               "table": table(rows),
                "crossovers": [{"rate_mbit": rate, "layout": layout, "bytes": switch}
                               for (rate, layout), switch in switches.items()],
-               "targets": [{"target": t, "value": v, "pass": ok} for t, v, ok in checks],
+               "targets": [{"target": t, "measured": round(v, 2), "pass": ok} for t, v, ok in checks],
                "machine": {"cpu": common._cpu_model(), "cores": os.cpu_count(), "git": common._git_revision(),
                            "command": "python " + " ".join(common._relative_argv()),
                            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - started)}}

@@ -148,7 +148,9 @@ SETTINGS = (
     Setting("auto_cross_host_ring_min_bytes", "HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES", None, 1 * MiB, "bytes",
             _parse_non_negative_int, "Across hosts, with auto, messages from this many bytes use the hierarchical "
             "all-reduce (or the ring), smaller ones MPI_Allreduce; the hierarchical one's step across hosts uses "
-            "the ring from this many bytes too (measured: docs/benchmarks.md)", default_text="1048576 (1 MiB)"),
+            "the ring from this many bytes too (measured across hosts at 1 Gbit/s: "
+            "docs/decisions/allreduce-across-hosts.md; bench/multihost.py measures it on your links)",
+            default_text="1048576 (1 MiB)"),
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, when all that "
             "is predicted for a round fits in this many bytes; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),

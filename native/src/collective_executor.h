@@ -19,6 +19,8 @@ struct AlgorithmSettings {
   int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
   int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
   int64_t auto_ring_min_bytes = 256 << 10;
+  // Across hosts, MPI_Allreduce below: measured at 1 Gbit/s, from 1 MiB hierarchical (or the ring) is level with or
+  // faster than it on every layout, below it is not (docs/decisions/allreduce-across-hosts.md).
   int64_t auto_cross_host_ring_min_bytes = 1 << 20;
   bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
 };

@@ -287,6 +287,16 @@ def job_layout():
     return count, per_host, os.environ.get(PLACEMENT_VARIABLE, "blocks")
 
 
+def expected_topology_here(rank, size):
+    """expected_topology for this job: across simulated hosts as the harness laid it out, else all ranks on this
+    host."""
+    layout = job_layout()
+    if layout:
+        return expected_topology(rank, *layout)
+    import socket
+    return {"host": socket.gethostname(), "local_rank": rank, "local_size": size, "cross_rank": 0, "cross_size": 1}
+
+
 def expected_topology(rank, count, per_host, placement):
     """Where rank runs: its host's name, local rank and cross rank (the host's index)."""
     host, local = (rank // per_host, rank % per_host) if placement == "blocks" else (rank % count, rank // count)
