@@ -131,6 +131,12 @@ SETTINGS = (
             "Seconds before stalled tensors fail with an error; 0 never", flag="--stall-shutdown-time-seconds"),
     Setting("stall_check_disable", "HVDLITE_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", False, "bool",
             _parse_bool, "Turn the stall inspector off", flag="--no-stall-check"),
+    Setting("progress_timeout_seconds", "HVDLITE_PROGRESS_TIMEOUT_SECONDS", None, 120.0, "float",
+            _parse_non_negative_float,
+            "A collective that makes no progress for this many seconds (a peer's host lost power or its network) "
+            "ends its process, and so the job, with an error saying so; a step of progress is a round, a batch, a "
+            "ring segment or 64 MiB of a broadcast (one allgather or alltoall must fit in it); 0 never",
+            flag="--progress-timeout-seconds"),
     Setting("allreduce_algorithm", "HVDLITE_ALLREDUCE_ALGORITHM", "HOROVOD_HIERARCHICAL_ALLREDUCE", "auto", "choice",
             _choice_parser(ALLREDUCE_ALGORITHMS),
             "All-reduce algorithm: auto picks by message size and topology (MPI_Allreduce for small ones; on one "
@@ -191,6 +197,7 @@ def to_native(ffi, settings=None):
     config.cache_capacity = settings["cache_capacity"]
     config.stall_check_seconds = 0.0 if settings["stall_check_disable"] else settings["stall_check_seconds"]
     config.stall_shutdown_seconds = settings["stall_shutdown_seconds"]
+    config.progress_timeout_seconds = settings["progress_timeout_seconds"]
     config.allreduce_algorithm = ALLREDUCE_ALGORITHMS.index(settings["allreduce_algorithm"])
     config.ring_segment_bytes = settings["ring_segment_bytes"]
     config.auto_ring_min_bytes = settings["auto_ring_min_bytes"]

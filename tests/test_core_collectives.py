@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hvdlite as hvd
+from harness.numpy_groups import same_bytes_everywhere
 from harness.reference import DTYPES, check_close, np_dtype, rank_input, reduce_reference
 from harness.simulated_hosts import expected_topology_here, job_layout
 
@@ -32,12 +33,6 @@ def configuration(request):
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 SIZES = [0, 1, 7, 13, 4099, 70001]
-
-
-def same_bytes_everywhere(array, what):
-    data = np.ascontiguousarray(array).view(np.uint8).ravel()
-    everyone = hvd.allgather_object(data.tobytes())
-    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
 
 
 def test_allreduce_of_every_dtype_op_and_size(rounds=3):

@@ -17,6 +17,7 @@ import pytest
 import hvdlite as hvd
 from hvdlite.errors import HvdliteError
 from hvdlite.requests import Collective, PreparedGroup, Request
+from harness.numpy_groups import OPS, reduce_group_and_check, same_bytes_everywhere
 from harness.processes import assert_ran_ok, run_mpi
 from harness.reference import check_close, rank_input, reduce_reference
 from harness.timeline import timeline_phases
@@ -30,34 +31,11 @@ DIRECT = pytest.mark.hvd_env(HVDLITE_ALLREDUCE_ALGORITHM="direct")
 def started():
     hvd.init()
 
-OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
-
-
-def same_bytes_everywhere(arrays, what):
-    data = b"".join(np.ascontiguousarray(a).view(np.uint8).tobytes() for a in arrays)
-    everyone = hvd.allgather_object(data)
-    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
 
 
 def run_group(label, dtype, op_name, sizes, in_place_every=2):
     """Submits len(sizes) all-reduces as one group (one fused batch); every in_place_every-th in place."""
-    rank, size = hvd.rank(), hvd.size()
-    inputs = [rank_input(dtype, (n,), rank, op_name, (label, i)) for i, n in enumerate(sizes)]
-    outputs = [x if i % in_place_every == 0 else np.full_like(x, 99) for i, x in enumerate(inputs)]
-    originals = [x.copy() for x in inputs]
-    # Prepared without buffers, given them at submission (as hvd.grouped_allreduce_async does).
-    group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, 0, 0, op=OPS[op_name])
-                           for i, x in enumerate(inputs)])
-    handle = group.submit(inputs, outputs, (inputs, outputs))
-    handle.wait()
-    assert handle.poll(), f"{label}: a waited group must poll done"
-    handle.release()
-    for i, (n, out) in enumerate(zip(sizes, outputs)):
-        expected = reduce_reference([rank_input(dtype, (n,), r, op_name, (label, i)) for r in range(size)], op_name)
-        check_close(f"{label}.{i}", out, expected, dtype, "direct allreduce")
-        if out is not inputs[i]:
-            assert np.array_equal(inputs[i], originals[i]), f"{label}.{i}: the input was written"
-    same_bytes_everywhere(outputs, label)
+    return reduce_group_and_check(label, dtype, op_name, sizes, "direct allreduce", in_place_every)
 
 
 def views(block, sizes, gaps):

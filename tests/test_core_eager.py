@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hvdlite as hvd
+from harness.numpy_groups import same_bytes_everywhere
 from harness.reference import DTYPES, check_close, rank_input, reduce_reference
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
@@ -32,11 +33,6 @@ pytestmark = [pytest.mark.ranks(2, 3),
 def setting(request):
     hvd.init()
     return request.param
-
-
-def same_bytes_everywhere(array, what):
-    everyone = hvd.allgather_object(np.ascontiguousarray(array).tobytes())
-    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
 
 
 def test_repeated():

@@ -14,16 +14,14 @@ import numpy as np
 import pytest
 
 import hvdlite as hvd
-from hvdlite.requests import Collective, PreparedGroup, Request
 from harness.multirank import job_rank
+from harness.numpy_groups import OPS, reduce_group_and_check, same_bytes_everywhere
 from harness.reference import check_close, rank_input, reduce_reference
 
 pytestmark = [pytest.mark.ranks(2, 4),
               pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20, HVDLITE_ALLREDUCE_ALGORITHM="hierarchical",
                                   # Shares of 4 KiB and more cross hosts by the ring, smaller ones by MPI.
                                   HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES=4096, HVDLITE_RING_SEGMENT_BYTES=65536)]
-
-OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 
 
 @pytest.fixture(scope="module", autouse=True, params=["direct within host", "ring within host"])
@@ -40,29 +38,8 @@ def within_host(request):
     return request.param
 
 
-def same_bytes_everywhere(arrays, what):
-    data = b"".join(np.ascontiguousarray(a).view(np.uint8).tobytes() for a in arrays)
-    everyone = hvd.allgather_object(data)
-    assert all(b == everyone[0] for b in everyone), f"{what}: ranks hold different bytes"
-
-
 def reduce_and_check(label, dtype, op_name, sizes, in_place_every=2):
-    """All-reduces len(sizes) tensors as one group (a fused batch); every in_place_every-th in place."""
-    rank, size = hvd.rank(), hvd.size()
-    inputs = [rank_input(dtype, (n,), rank, op_name, (label, i)) for i, n in enumerate(sizes)]
-    outputs = [x if i % in_place_every == 0 else np.full_like(x, 99) for i, x in enumerate(inputs)]
-    originals = [x.copy() for x in inputs]
-    group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, 0, 0, op=OPS[op_name])
-                           for i, x in enumerate(inputs)])
-    handle = group.submit(inputs, outputs, (inputs, outputs))
-    handle.wait()
-    handle.release()
-    for i, (n, out) in enumerate(zip(sizes, outputs)):
-        expected = reduce_reference([rank_input(dtype, (n,), r, op_name, (label, i)) for r in range(size)], op_name)
-        check_close(f"{label}.{i}", out, expected, dtype, "hierarchical allreduce")
-        if out is not inputs[i]:
-            assert np.array_equal(inputs[i], originals[i]), f"{label}.{i}: the input was written"
-    same_bytes_everywhere(outputs, label)
+    return reduce_group_and_check(label, dtype, op_name, sizes, "hierarchical allreduce", in_place_every)
 
 
 def test_fused_batches_of_every_dtype_and_op():
@@ -92,7 +69,7 @@ def test_a_scaled_tensor_goes_through_the_fusion_buffer():
     expected = reduce_reference([rank_input("float32", (5000,), r, "sum", "scaled") for r in range(size)], "sum",
                                 prescale=0.5, postscale=3.0)
     check_close("scaled", np.asarray(out), expected, "float32", "hierarchical allreduce")
-    same_bytes_everywhere([out], "scaled")
+    same_bytes_everywhere(out, "scaled")
 
 
 def test_other_process_sets_use_the_ring_between_global_batches():

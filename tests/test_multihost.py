@@ -3,7 +3,9 @@ namespaces, TCP between them, a hostname each; needs root) over both of MPICH's 
 
 Ranks land where -H or --hostfile puts them (blocks or round-robin) and know their host; a misspelled or
 unreachable host is reported within seconds, naming it, instead of a hang; --verbose shows each host's ranks; a
-rank killed, or every process of a host, ends the job on every host within 30 s and leaves nothing behind.
+rank killed, or every process of a host, ends the job on every host within 30 s and leaves nothing behind, and so
+does a host cut off from the network (its processes alive, its connections silent: the progress timeout), while a
+rank that computes for longer than that timeout is no failure.
 
 The multi-rank tests themselves also run across these hosts: pytest --hosts 2x2 (harness/multirank.py).
 """
@@ -36,7 +38,14 @@ assert np.all(big == size * (size + 1) / 2), big[:4]
 print(f"RANK {rank} host={socket.gethostname()} local={hvd.local_rank()}/{hvd.local_size()} "
       f"cross={hvd.cross_rank()}/{hvd.cross_size()}", flush=True)
 mode = sys.argv[1] if len(sys.argv) > 1 else ""
-if mode:
+if mode == "pause":  # rank 0 computes for longer than the progress timeout while the others wait on it
+    for step in range(10):
+        if rank == 0 and step == 5:
+            time.sleep(8)
+        out = hvd.allreduce(np.full(4096, 1.0, dtype=np.float32), name="paused", op=hvd.Sum)
+        assert np.all(out == size), out[:4]
+    print(f"PAUSED OK {rank}", flush=True)
+elif mode:
     print(f"LOOPING {rank}", flush=True)
     step = 0
     while True:  # until a rank dies (mode "die": the last rank, after 20 steps) or the test kills a host
@@ -179,3 +188,28 @@ def test_a_killed_host_ends_the_job_on_every_host(hosts, job_script, tmp_path, n
     hosts.kill_processes("h2")  # every process of the host: its MPI proxy and its ranks
     took, output = wait_for_the_end(hosts, process, lines, started)
     assert took < ENDS_WITHIN_S
+
+
+@pytest.mark.parametrize("network", sorted(NETWORK_LAYERS))
+def test_a_host_cut_off_from_the_network_ends_the_job_on_every_host(hosts, job_script, tmp_path, network,
+                                                                    monkeypatch):
+    # Nothing closes the connections: without the progress timeout every rank would wait for TCP to give up.
+    monkeypatch.setenv("HVDLITE_PROGRESS_TIMEOUT_SECONDS", "5")
+    process, lines = start_looping_job(hosts, job_script, tmp_path, network, "loop")
+    started = time.monotonic()
+    hosts.set_link("h2", up=False)
+    try:
+        took, output = wait_for_the_end(hosts, process, lines, started)
+    finally:
+        hosts.set_link("h2", up=True)
+    assert took < ENDS_WITHIN_S
+    assert "no progress for" in output and "a peer is unreachable" in output, output[-3000:]
+    assert "hvdliterun: a rank found a peer unreachable" in output, output[-3000:]
+
+
+def test_a_rank_computing_longer_than_the_progress_timeout_is_no_failure(hosts, job_script, tmp_path, monkeypatch):
+    monkeypatch.setenv("HVDLITE_PROGRESS_TIMEOUT_SECONDS", "3")
+    result = hosts.run("h1", hvdliterun(hosts, "-np", "4", "-H", "h1:2,h2:2", sys.executable, job_script, "pause"),
+                       timeout=120, env=environment("ofi"), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert result.stdout.count("PAUSED OK") == 4, result.stdout[-6000:]

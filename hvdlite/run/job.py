@@ -7,13 +7,28 @@ inherited by proxies and ranks), and after mpiexec ends any local process still 
 import ctypes
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
 
 JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
+# host:pid:start time of this launcher, for the ranks on its host. A rank whose peer vanished without closing its
+# connections (progress_watchdog.h) sends it SIGUSR1 before it exits: mpiexec itself would wait forever for the
+# unreachable host's proxy.
+LAUNCHER_VARIABLE = "HVDLITE_LAUNCHER"
+UNREACHABLE_SIGNAL = signal.SIGUSR1
+
+
+def launcher_identity():
+    """'host:pid:start time' of this process (its start time in clock ticks, /proc/PID/stat field 22), which a
+    rank checks before it signals, so that a reused pid never receives it."""
+    with open("/proc/self/stat", "rb") as stream:
+        start_time = stream.read().rsplit(b")", 1)[1].split()[19].decode()
+    return f"{socket.gethostname()}:{os.getpid()}:{start_time}"
 
 
 def new_job_id():
@@ -73,7 +88,7 @@ def _end_with_parent():
 
 def run_job(argv, env, job_id, log=None):
     """Runs argv with env (JOB_MARKER added) to the end and returns the exit code to exit with."""
-    env = dict(env, **{JOB_MARKER: job_id})
+    env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity()})
     # Own session: a Ctrl-C in the terminal reaches only us, and we forward it exactly once.
     process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_end_with_parent)
     received = []
@@ -82,6 +97,14 @@ def run_job(argv, env, job_id, log=None):
         if process.poll() is None:
             if log:
                 log(f"mpiexec did not end {KILL_GRACE_SECONDS:g} s after the signal; killing the job")
+            process.kill()
+        kill_job_leftovers(job_id, log)
+
+    def peer_unreachable(_signum, _frame):
+        received.append(UNREACHABLE_SIGNAL)
+        print("hvdliterun: a rank found a peer unreachable (see its error above); ending the job", file=sys.stderr,
+              flush=True)
+        if process.poll() is None:
             process.kill()
         kill_job_leftovers(job_id, log)
 
@@ -97,6 +120,7 @@ def run_job(argv, env, job_id, log=None):
         timer.start()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous[UNREACHABLE_SIGNAL] = signal.signal(UNREACHABLE_SIGNAL, peer_unreachable)
     try:
         returncode = process.wait()
     finally:
@@ -107,6 +131,8 @@ def run_job(argv, env, job_id, log=None):
     while processes_of_job(job_id) and time.monotonic() < deadline:
         time.sleep(0.1)
     kill_job_leftovers(job_id, log)
+    if UNREACHABLE_SIGNAL in received:
+        return 1
     if received and returncode == 0:
         return 128 + received[0]
     return exit_code(returncode)

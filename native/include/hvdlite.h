@@ -74,6 +74,7 @@ typedef struct {
   int32_t cache_capacity;           /* response cache entries; 0 disables the fast path */
   double stall_check_seconds;       /* warn about stalled tensors after this; 0 disables */
   double stall_shutdown_seconds;    /* fail stalled tensors after this; 0 never */
+  double progress_timeout_seconds;  /* end this process when a collective makes no progress this long; 0 never */
   int32_t allreduce_algorithm;      /* enum hvdlite_allreduce_algorithm */
   int64_t ring_segment_bytes;       /* pipelining segment of the ring */
   int64_t auto_ring_min_bytes;      /* auto on one host: ring or direct from this many bytes, MPI below */

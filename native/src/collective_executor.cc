@@ -7,6 +7,7 @@
 
 #include "copy_bytes.h"
 #include "mpi_types.h"
+#include "progress_watchdog.h"
 #include "reduce_kernels.h"
 
 namespace hvdlite {
@@ -184,9 +185,12 @@ std::string CollectiveExecutor::Broadcast(const CommContext &ctx, const Response
   const int64_t bytes = local.request.NumElements() * static_cast<int64_t>(DataTypeSize(response.spec.dtype));
   auto *out = static_cast<uint8_t *>(local.output);
   if (ctx.rank == response.spec.root_rank && local.output != local.input) CopyBytes(out, local.input, bytes);
-  const int64_t kMax = INT_MAX;
-  for (int64_t start = 0; start < bytes; start += kMax) {
-    MPI_Bcast(out + start, static_cast<int>(std::min(kMax, bytes - start)), MPI_BYTE, response.spec.root_rank, ctx.comm);
+  // In pieces, each a step of progress (progress_watchdog.h): one call for gigabytes could outlast its timeout.
+  constexpr int64_t kPiece = 64 << 20;
+  for (int64_t start = 0; start < bytes; start += kPiece) {
+    MPI_Bcast(out + start, static_cast<int>(std::min(kPiece, bytes - start)), MPI_BYTE, response.spec.root_rank,
+              ctx.comm);
+    NoteProgress();
   }
   return "";
 }

@@ -9,6 +9,7 @@
 #include "algorithms/cross_memory.h"
 #include "logging.h"
 #include "mpi_types.h"
+#include "progress_watchdog.h"
 #include "reduce_kernels.h"
 #include "request_validation.h"
 
@@ -361,6 +362,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
       !timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles)) {
     Log(LogLevel::kError, "cannot open timeline file " + settings.timeline_path);
   }
+  ProgressWatchdog::Get().Start(settings.progress_timeout_seconds, t.rank);
   std::lock_guard<std::mutex> lock(mutex_);
   topology_ = t;
   timeline_on_ = timeline_.active();
@@ -497,14 +499,19 @@ bool Core::Iterate() {
     input.coordinator_words[1] = static_cast<uint64_t>(autotuner_->cycle_time_ms() * 1000.0);
   }
 
+  ProgressWatchdog &watchdog = ProgressWatchdog::Get();
+  watchdog.Busy("a negotiation round");
   const RoundResult &global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
+  watchdog.Progress();
   if (first_round_awake) {
     const std::vector<int32_t> &wakers = global.wakers;
     quiet_.Awake([&](int r) { return std::find(wakers.begin(), wakers.end(), r) != wakers.end(); });
   }
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
+  watchdog.Busy("the collectives of a round");
   Execute(*sets_.at(0), global);
+  watchdog.Idle();
   if (global.shutdown) return false;
   if (global.everyone_idle) {
     // Every rank saw the same result: all stop cycling together until one of them has work.
@@ -516,7 +523,9 @@ bool Core::Iterate() {
     }
     for (int32_t id : ids) {
       ProcessSet &set = *sets_.at(id);
+      watchdog.Busy("a process set's round");
       Execute(set, NegotiateRound(set, settings_.negotiation, BaseRoundInput()));
+      watchdog.Idle();
     }
   }
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
@@ -575,6 +584,7 @@ void Core::TearDown() {
     queued.swap(queue_);
   }
   ready_cv_.notify_all();  // a caller waiting for a timeline change gives up
+  ProgressWatchdog::Get().Stop();
   for (Entry *e : queued) handles_.Fail(e->handle, kShutDownMessage);
   quiet_.Stop();
   for (auto &[id, set] : sets_) {
@@ -724,6 +734,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     }
     if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
     std::string error = executor_->Execute(set, batch, locals);
+    NoteProgress();
     FinishBatch(set, locals.data(), locals.size(), error);
   }
   for (const Response *change : changes) ApplyProcessSetChange(*change);

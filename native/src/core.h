@@ -32,6 +32,7 @@ struct Settings {
   NegotiationSettings negotiation;
   AlgorithmSettings algorithms;
   int32_t log_level = 3;
+  double progress_timeout_seconds = 120;  // progress_watchdog.h
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   bool autotune = false;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "../progress_watchdog.h"
+
 namespace hvdlite {
 
 RingAllreduce::Span RingAllreduce::ReceiveSpan(int64_t begin, int64_t bytes) {
@@ -62,12 +64,16 @@ void RingAllreduce::Exchange(const CommContext &ctx, int64_t send_begin, int64_t
     // Reduce segment k while segments k+1.. are still arriving.
     for (size_t k = 0; k < recv_requests_.size(); ++k) {
       MPI_Wait(&recv_requests_[k], MPI_STATUS_IGNORE);
+      NoteProgress();
       const int64_t offset = static_cast<int64_t>(k) * segment;
       layout_.Reduce(recv_begin + offset, std::min(segment, recv_bytes - offset), scratch_.data() + offset,
                       /*from_output=*/false, dtype, op);
     }
   } else {
-    MPI_Waitall(static_cast<int>(recv_requests_.size()), recv_requests_.data(), MPI_STATUSES_IGNORE);
+    for (MPI_Request &request : recv_requests_) {
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      NoteProgress();
+    }
   }
   MPI_Waitall(static_cast<int>(send_requests_.size()), send_requests_.data(), MPI_STATUSES_IGNORE);
   for (MPI_Datatype &type : datatypes_) MPI_Type_free(&type);
