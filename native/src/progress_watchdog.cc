@@ -14,8 +14,9 @@
 namespace hvdlite {
 
 ProgressWatchdog &ProgressWatchdog::Get() {
-  static ProgressWatchdog watchdog;
-  return watchdog;
+  // Never destroyed: a process that exits without shutdown must not destroy a running thread's object.
+  static ProgressWatchdog *watchdog = new ProgressWatchdog();
+  return *watchdog;
 }
 
 namespace {
