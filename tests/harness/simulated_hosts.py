@@ -120,6 +120,8 @@ class SimulatedHosts:
             os.makedirs(os.path.join(NETNS_ETC, ns), exist_ok=True)
             with open(os.path.join(NETNS_ETC, ns, "hosts"), "w") as stream:
                 stream.write(hosts_file)
+            with open(os.path.join(NETNS_ETC, ns, "resolv.conf"), "w") as stream:
+                stream.write("# no name server: the hosts file names every host\n")
             port = f"p{index}"
             _ip("-n", switch, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
             _ip("-n", switch, "link", "set", port, "master", "br0")
