@@ -159,7 +159,8 @@ SETTINGS = (
             default_text="1048576 (1 MiB)"),
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, when all that "
-            "is predicted for a round fits in this many bytes; 0 disables (docs/architecture.md)", default_text="65536 (64 KiB)"),
+            "is predicted for a round fits in this many bytes (across hosts at most 16 KiB, measured); 0 disables "
+            "(docs/architecture.md)", default_text="65536 (64 KiB)"),
     Setting("overlap", "HVDLITE_OVERLAP", None, "auto", "choice", _choice_parser(OVERLAP_MODES),
             "Run async collectives while ranks still compute (on), or hold them until every rank waits on one "
             "(off; at most 100 ms); auto: on where a node has more cores than ranks (docs/architecture.md)",

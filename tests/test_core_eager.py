@@ -13,6 +13,7 @@ import pytest
 import hvdlite as hvd
 from harness.numpy_groups import same_bytes_everywhere
 from harness.reference import DTYPES, check_close, rank_input, reduce_reference
+from harness.simulated_hosts import job_layout
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 REPEATS = 6
@@ -72,6 +73,17 @@ def test_burst():
     run_burst(rank, size, {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.d": (7,)})
     # One of them too big for the payload: that round runs a fused all-reduce anyway, and all of them join it.
     run_burst(rank, size, {"big.a": (10,), "big.b": (3, 100), "big.c": (3000,), "big.big": (20000,), "big.d": (7,)})
+
+
+def test_repeated_32_kib():
+    # Eager on one host; across hosts the payload is at most 16 KiB, so this goes the normal way (the timeline
+    # test below tells which).
+    rank, size = hvd.rank(), hvd.size()
+    for step in range(REPEATS):
+        x = rank_input("float32", (8192,), rank, "sum", ("mid", step))
+        got = hvd.allreduce(x, name="mid.32k", op=hvd.Sum)
+        inputs = [rank_input("float32", (8192,), r, "sum", ("mid", step)) for r in range(size)]
+        check_close("mid.32k", got, reduce_reference(inputs, "sum"), "float32", f"step {step}")
 
 
 def test_late_rank():
@@ -141,6 +153,11 @@ def test_the_timeline_counts_the_eager_rounds(setting):
         assert count >= 9 * 5 * 3 * (REPEATS - 2) // 2, f"only {count} eager all-reduces"
         bursts = eager_events(path, "burst."), eager_events(path, "big.")
         assert bursts[0] > 0 and bursts[1] == 0, f"eager events: fitting burst {bursts[0]}, burst with one too big {bursts[1]}"
+        mid = eager_events(path, "mid.")
+        if job_layout():
+            assert mid == 0, f"{mid} eager all-reduces of 32 KiB across hosts (at most 16 KiB ride there)"
+        else:
+            assert mid > 0, "no eager all-reduce of 32 KiB on one host"
     elif expect == "some":
         assert count > 0, "no eager all-reduce"
     else:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autotuner.h"
+#include "eager_allreduce.h"
 #include "collective_executor.h"
 #include "fusion_planner.h"
 #include "handle_table.h"
