@@ -112,9 +112,13 @@ connection.close()
 """
 
 
-def tcp_rate_mbit(hosts, seconds=3.0):
-    """What TCP gets through h1 <-> h2's links, one stream each way at once (a ring sends and receives at
-    once): the slower direction's Mbit/s."""
+def tcp_rate_mbit(hosts, tries=3):
+    """What TCP gets through h1 <-> h2's links: the best of a few tries (a busy moment reads low) of one stream each
+    way at once (a ring sends and receives at once), each try's slower direction."""
+    return max(tcp_try_mbit(hosts) for _ in range(tries))
+
+
+def tcp_try_mbit(hosts, seconds=3.0):
     receivers = []
     for index, (sender, receiver) in enumerate((("h1", "h2"), ("h2", "h1"))):
         port = str(5201 + index)
