@@ -73,10 +73,10 @@ def run_job(args):
                 if not np.all(output == expected):
                     raise SystemExit(f"{name} ({algorithm} phase) {nbytes} B: wrong all-reduce result")
             rounds = common.interleaved(methods, args.repeats, args.budget, warmup=2)
-            phase[str(nbytes)] = {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
-                                  "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
-            common.say(f"  {algorithm:>12} {common.human_bytes(nbytes):>8}: hvdlite {phase[str(nbytes)]['hvd_s'] * 1e3:8.3f} ms"
-                       f"  MPI {phase[str(nbytes)]['mpi_s'] * 1e3:8.3f} ms  ratio {phase[str(nbytes)]['hvd_over_mpi']:.2f}")
+            figures = phase[str(nbytes)] = {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
+                                            "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
+            common.say(f"  {algorithm:>12} {common.human_bytes(nbytes):>8}: hvdlite {figures['hvd_s'] * 1e3:8.3f} ms"
+                       f"  MPI {figures['mpi_s'] * 1e3:8.3f} ms  ratio {figures['hvd_over_mpi']:.2f}")
         hvd.shutdown()
     if COMM.Get_rank() == 0:
         with open(args.job_json, "w") as stream:
@@ -136,18 +136,15 @@ def tcp_try_mbit(hosts, seconds=3.0):
 def run_layout(hosts, layout, sizes, args):
     from harness import simulated_hosts
     count, per_host, placement = LAYOUTS[layout]
-    names = hosts.names[:count]
     with tempfile.TemporaryDirectory(prefix="hvdlite-multihost-") as folder:
         job_json = os.path.join(folder, "job.json")
         program = [sys.executable, os.path.abspath(__file__), "--job", "--job-json", job_json,
                    "--sizes", ",".join(map(str, sizes)), "--repeats", str(args.repeats), "--budget", str(args.budget)]
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        argv = [mpiexec, "-n", str(count * per_host), "-hosts", simulated_hosts.host_list(names, per_host, placement),
-                "-launcher", "ssh", "-launcher-exec", hosts.launcher_exec]
-        for name, value in simulated_hosts.NETWORK_LAYERS[args.network].items():
-            argv += ["-genv", name, value]
+        argv = simulated_hosts.mpiexec_argv(hosts, mpiexec, per_host, placement, program,
+                                            env=simulated_hosts.NETWORK_LAYERS[args.network].items(), count=count)
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HVDLITE_BENCH_LAUNCHED="1")
-        process = hosts.popen("h1", argv + program, env=env, cwd=ROOT)
+        process = hosts.popen("h1", argv, env=env, cwd=ROOT)
         try:
             code = process.wait(timeout=args.job_timeout)
         except subprocess.TimeoutExpired:

@@ -9,7 +9,7 @@ from .command import abort_on_exception, build_command
 from .hosts import rank_placement
 from .job import new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
-from .reachability import is_this_host, unreachable_hosts
+from .reachability import is_this_host, this_host_names, unreachable_hosts
 
 # Forwarded by name to Open MPI ranks on other hosts (hydra forwards the whole environment already).
 _FORWARDED_PREFIXES = ("HVDLITE_", "HOROVOD_", "PYTHONPATH", "LD_LIBRARY_PATH", "PATH")
@@ -30,8 +30,10 @@ def job_environment(args, environ):
 
 def describe_hosts(hosts, args, out):
     """One line per host: its ranks, and how its processes are started."""
+    local = this_host_names()  # once: getfqdn may ask a name server
     for name, ranks in rank_placement(hosts, args.num_proc).items():
-        how = "this host" if is_this_host(name) else f"started through `{args.launcher_exec or 'ssh'} {name} ...`"
+        launcher = args.launcher_exec or "ssh"
+        how = "this host" if is_this_host(name, local) else f"started through `{launcher} {name} ...`"
         print(f"hvdliterun: {name}: ranks {', '.join(map(str, ranks)) or 'none'} ({how})", file=out, flush=True)
 
 

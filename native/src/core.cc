@@ -380,16 +380,14 @@ std::string Core::DescribeHosts(const Topology &t, HostLayout *hosts) {
   // whether every host's ranks can read each other's memory.
   std::string why_not_direct;
   const bool direct_here = CrossMemoryWorks(local_, &why_not_direct);
-  int counts[4] = {t.local_rank == 0 ? 1 : 0, t.local_size, -t.local_size, direct_here ? 1 : 0};
-  int sums[4], extremes[4];
-  MPI_Allreduce(counts, sums, 1, MPI_INT, MPI_SUM, world_);
-  MPI_Allreduce(counts + 1, extremes + 1, 3, MPI_INT, MPI_MAX, world_);
-  int every_host_direct = counts[3];
-  MPI_Allreduce(MPI_IN_PLACE, &every_host_direct, 1, MPI_INT, MPI_MIN, world_);
-  hosts->hosts = sums[0];
-  const int fewest = -extremes[2], most = extremes[1];
+  int host_count = t.local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &host_count, 1, MPI_INT, MPI_SUM, world_);
+  int maxima[3] = {t.local_size, -t.local_size, direct_here ? 0 : 1};  // most ranks, fewest ranks, any host without
+  MPI_Allreduce(MPI_IN_PLACE, maxima, 3, MPI_INT, MPI_MAX, world_);
+  hosts->hosts = host_count;
+  const int most = maxima[0], fewest = -maxima[1];
   hosts->same_ranks_per_host = fewest == most;
-  hosts->direct_within_host = every_host_direct != 0;
+  hosts->direct_within_host = maxima[2] == 0;
   if (!hosts->same_ranks_per_host) {
     return "the " + std::to_string(hosts->hosts) + " hosts have between " + std::to_string(fewest) + " and " +
            std::to_string(most) + " ranks";

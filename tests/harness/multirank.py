@@ -141,24 +141,25 @@ def job_environment(item):
     return env
 
 
+def keep_only_ranks(config, items, size):
+    """Deselects every test but the multi-rank ones of size ranks."""
+    dropped = [item for item in items if rank_count(item) != size]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = [item for item in items if rank_count(item) == size]
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
 def pytest_collection_modifyitems(session, config, items):
     size = job_size()
     if size is not None:
         # Inside a job: only the multi-rank tests of this size.
-        keep = [item for item in items if rank_count(item) == size]
-        dropped = [item for item in items if rank_count(item) != size]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+        keep_only_ranks(config, items, size)
         return
     across = config.hvd_across_hosts
     if across:
         # Across hosts: the multi-rank tests of the hosts' rank count, and nothing else.
-        dropped = [item for item in items if rank_count(item) != across.size]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if rank_count(item) == across.size]
+        keep_only_ranks(config, items, across.size)
     groups = {}
     for index, item in enumerate(items):
         count = rank_count(item)

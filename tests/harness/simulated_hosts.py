@@ -264,10 +264,11 @@ def host_list(names, per_host, placement):
     return ",".join(f"{name}:{slots}" for name in names)
 
 
-def mpiexec_argv(hosts, mpiexec, per_host, placement, program, env=()):
-    """hydra's mpiexec running program on every host, per_host ranks each, placed as asked; env: (name, value)s
-    set on every rank."""
-    argv = [mpiexec, "-n", str(len(hosts.names) * per_host), "-hosts", host_list(hosts.names, per_host, placement),
+def mpiexec_argv(hosts, mpiexec, per_host, placement, program, env=(), count=None):
+    """hydra's mpiexec running program on every host (the first count of them), per_host ranks each, placed as
+    asked; env: (name, value)s set on every rank."""
+    names = hosts.names[:count] if count else hosts.names
+    argv = [mpiexec, "-n", str(len(names) * per_host), "-hosts", host_list(names, per_host, placement),
             "-launcher", "ssh", "-launcher-exec", hosts.launcher_exec]
     for name, value in env:
         argv += ["-genv", name, str(value)]

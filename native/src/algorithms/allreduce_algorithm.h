@@ -47,7 +47,9 @@ class AllreduceAlgorithm {
 // Work on the share of a batch that one rank holds fully reduced, between the reduce-scatter and the all-gather
 // of an algorithm that has those halves (ring, direct): a hierarchical all-reduce reduces the share across
 // hosts there. The share is bytes [begin, begin + bytes) of the layout's outputs. It runs on every rank, also
-// after a local failure (its peers on other hosts wait for it); the caller reports the failure afterwards.
+// after a local failure (its peers on other hosts wait for it); the caller reports the failure afterwards. Not
+// for one rank or an empty batch, which those algorithms only copy (one rank per host takes the ring across
+// hosts instead: HierarchicalAllreduce).
 class ShareStep {
  public:
   virtual ~ShareStep() = default;

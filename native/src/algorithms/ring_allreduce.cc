@@ -84,11 +84,7 @@ std::string RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<B
                                      DataType dtype, ReduceOp op, ShareStep *between) {
   const int n = ctx.size;
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-  if (CopyIfTrivial(ctx, pieces, count)) {
-    if (!between || count == 0) return "";
-    layout_.Reset(pieces);  // one rank: the whole batch is its share
-    return between->RunOnShare(layout_, 0, count * element, dtype, op);
-  }
+  if (CopyIfTrivial(ctx, pieces, count)) return "";
   layout_.Reset(pieces);
   auto chunk_begin = [&](int c) { return count * c / n * element; };
   auto chunk_bytes = [&](int c) { return chunk_begin(c + 1) - chunk_begin(c); };
