@@ -205,6 +205,7 @@ def test_a_host_cut_off_from_the_network_ends_the_job_on_every_host(hosts, job_s
     assert took < ENDS_WITHIN_S
     assert "no progress for" in output and "a peer is unreachable" in output, output[-3000:]
     assert "hvdliterun: a rank found a peer unreachable" in output, output[-3000:]
+    assert output.count("a rank found a peer unreachable") == 1, output[-3000:]
 
 
 def test_a_rank_computing_longer_than_the_progress_timeout_is_no_failure(hosts, job_script, tmp_path, monkeypatch):

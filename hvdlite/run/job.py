@@ -16,6 +16,7 @@ import uuid
 
 JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
+OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
 # host:pid:start time of this launcher, for the ranks on its host. A rank whose peer vanished without closing its
 # connections (progress_watchdog.h) sends it SIGUSR1 before it exits: mpiexec itself would wait forever for the
 # unreachable host's proxy.
@@ -93,20 +94,26 @@ def run_job(argv, env, job_id, log=None):
     process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_end_with_parent)
     received = []
 
-    def hard_kill():
+    def end_job(why=None):
         if process.poll() is None:
-            if log:
-                log(f"mpiexec did not end {KILL_GRACE_SECONDS:g} s after the signal; killing the job")
+            if log and why:
+                log(why)
             process.kill()
         kill_job_leftovers(job_id, log)
 
+    def hard_kill():
+        end_job(f"mpiexec did not end {KILL_GRACE_SECONDS:g} s after the signal; killing the job")
+
     def peer_unreachable(_signum, _frame):
+        if UNREACHABLE_SIGNAL in received:  # every rank on this host may send it
+            return
         received.append(UNREACHABLE_SIGNAL)
-        print("hvdliterun: a rank found a peer unreachable (see its error above); ending the job", file=sys.stderr,
+        print("hvdliterun: a rank found a peer unreachable (see its error); ending the job", file=sys.stderr,
               flush=True)
-        if process.poll() is None:
-            process.kill()
-        kill_job_leftovers(job_id, log)
+        # Not at once: the rank's error is still on its way through mpiexec, which would die with it.
+        timer = threading.Timer(OUTPUT_GRACE_SECONDS, end_job)
+        timer.daemon = True
+        timer.start()
 
     def forward(signum, _frame):
         received.append(signum)
