@@ -11,7 +11,8 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "basics": ["cross_rank", "cross_size", "cuda_built", "gloo_built", "gloo_enabled", "init", "is_homogeneous",
+    "basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init",
+               "is_homogeneous",
                "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
                "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline"],
     "errors": ["HorovodInternalError", "HvdliteError"],

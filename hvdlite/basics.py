@@ -119,6 +119,14 @@ def cuda_built():
     return False
 
 
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
 def rocm_built():
     return False
 

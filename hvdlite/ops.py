@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _tensor_calls
-from .basics import _require_init
+from .basics import _require_init, rank
 from .process_sets import global_process_set
 from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, dtype_name, remember,
                        run, submit)
@@ -196,7 +196,8 @@ def _broadcast_request(tensor, root_rank, name, process_set):
     array = _contiguous(tensor)
     output = np.empty_like(array)
     request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array.dtype),
-                      array.shape, address(array), address(output), root_rank=root_rank, process_set=process_set,
+                      array.shape, address(array), address(output), root_rank=process_set.root_in_set(root_rank),
+                      process_set=process_set,
                       keepalive=(array, output))
     return request, lambda handle: output
 
@@ -206,7 +207,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's tensor on every rank."""
+    """Returns root_rank's tensor on every rank (root_rank is a global rank, also for a process set)."""
     return _run(*_broadcast_request(tensor, root_rank, name, process_set))
 
 
@@ -277,7 +278,7 @@ def join(process_set=global_process_set):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Pickles obj on root_rank and returns it on every rank."""
     name = name or auto_name("broadcast_object", process_set)
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if process_set.rank() == root_rank else None
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if rank() == root_rank else None
     length = np.array([0 if payload is None else payload.size], dtype=np.int64)
     length = broadcast(length, root_rank, name=f"{name}.length", process_set=process_set)
     data = payload if payload is not None else np.empty(int(length[0]), dtype=np.uint8)

@@ -35,6 +35,19 @@ class ProcessSet:
     def included(self):
         return self.rank() >= 0
 
+    def root_in_set(self, root_rank):
+        """The rank within the set of a broadcast's root, which callers name by its global rank (as Horovod
+        does). A root outside the set is a ValueError; any root of the global set goes on to the core, which
+        checks its range on every rank."""
+        root_rank = int(root_rank)
+        if self.process_set_id == 0:
+            return root_rank
+        try:
+            return self.ranks.index(root_rank)
+        except ValueError:
+            raise ValueError(f"root_rank {root_rank} is not a member of {self!r} (broadcast roots are global "
+                             f"ranks)") from None
+
     def __repr__(self):
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
 

@@ -54,7 +54,6 @@ def test_bad_local_input_raises_on_the_rank_that_gave_it():
     rank = hvd.rank()
     assert_raises(ValueError, hvd.allreduce, np.ones(3, dtype=bool), match=["bool", "'flags'"], name="flags")
     assert_raises(TypeError, hvd.allreduce, np.ones(3, dtype=np.complex128), match=["complex128"], name="cplx")
-    assert_raises(ValueError, hvd.allreduce, np.ones(3, dtype=np.int32), match=["floating-point", "'ints'"], name="ints", prescale_factor=2.0)
     assert_raises(ValueError, hvd.broadcast, np.ones(3), match=["root rank"], root_rank=99, name="far")
     assert_raises(NotImplementedError, hvd.allreduce, np.ones(3), match=["Adasum"], op=hvd.Adasum)
     assert_raises(ValueError, hvd.allreduce, np.ones(3), match=["op parameter supersedes average"], op=hvd.Sum, average=True)

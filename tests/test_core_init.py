@@ -48,7 +48,7 @@ def test_unnamed_collectives_on_a_process_set_leave_global_names_aligned():
     ps = hvd.add_process_set([1])
     if hvd.rank() == 1:
         hvd.allreduce(np.ones(1), process_set=ps)
-        hvd.broadcast_object(1, root_rank=0, process_set=ps)
+        hvd.broadcast_object(1, root_rank=1, process_set=ps)  # a global rank
     assert hvd.allreduce(np.ones(1), op=hvd.Sum)[0] == 2
     assert hvd.broadcast_object("from0" if hvd.rank() == 0 else None) == "from0"
     hvd.shutdown()

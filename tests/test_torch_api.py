@@ -13,9 +13,10 @@ import hvdlite.torch as hvd
 pytestmark = pytest.mark.ranks(1)
 
 NAMES = """init shutdown is_initialized size rank local_size local_rank cross_size cross_rank is_homogeneous
-mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built cuda_built rocm_built
+mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built ddl_built ccl_built cuda_built rocm_built
 start_timeline stop_timeline ProcessSet global_process_set add_process_set remove_process_set
 HorovodInternalError Average Sum Min Max Product Adasum allreduce allreduce_async allreduce_ allreduce_async_
+sparse_allreduce_async
 grouped_allreduce grouped_allreduce_async grouped_allreduce_ grouped_allreduce_async_ allgather allgather_async
 grouped_allgather grouped_allgather_async broadcast broadcast_async broadcast_ broadcast_async_ alltoall
 alltoall_async reducescatter reducescatter_async grouped_reducescatter grouped_reducescatter_async poll

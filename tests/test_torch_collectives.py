@@ -74,13 +74,15 @@ def test_allreduce_of_every_dtype_and_op_matches_float64(checks):
             hvd.allreduce_(view, name=f"ar_.{dtype}.{op_name}", op=op)
             checks.close(f"allreduce_ non-contiguous {dtype} {op_name}", view, reference_reduce(data, op_name), rtol, atol)
             checks.true(f"allreduce_ {dtype} {op_name} rest of base untouched", bool((base.t()[:, 3:] == 0).all()))
-        if dtype.is_floating_point:
-            for op_name in ("Sum", "Average"):
-                inputs = [make_input(dtype, r, (4,), salt=3) for r in range(size)]
-                got = hvd.allreduce(inputs[rank], name=f"scaled.{dtype}.{op_name}", op=OPS[op_name],
-                                    prescale_factor=0.5, postscale_factor=3.0)
-                rtol, atol = tolerance(dtype)
-                checks.close(f"scaled allreduce {dtype} {op_name}", got, reference_reduce(inputs, op_name, 0.5, 3.0), rtol, 4 * atol)
+        # Integers scale as in Horovod: in float64, truncated back (factors that keep int8 in range).
+        scales = (0.5, 3.0) if dtype.is_floating_point else (0.5, 1.5)
+        for op_name in ("Sum", "Average"):
+            inputs = [make_input(dtype, r, (9,), salt=3) for r in range(size)]
+            got = hvd.allreduce(inputs[rank], name=f"scaled.{dtype}.{op_name}", op=OPS[op_name],
+                                prescale_factor=scales[0], postscale_factor=scales[1])
+            rtol, atol = tolerance(dtype)
+            checks.true(f"scaled allreduce {dtype} {op_name} dtype kept", got.dtype == dtype, str(got.dtype))
+            checks.close(f"scaled allreduce {dtype} {op_name}", got, reference_reduce(inputs, op_name, *scales), rtol, 4 * atol)
 
 
 def test_allreduce_async_in_place_and_scaled_variants(checks):
@@ -369,10 +371,14 @@ def test_process_sets_join_and_objects(checks):
         checks.close("allreduce in a process set", got, [sum(members)])
         got = hvd.allgather(torch.tensor([rank]), name="ps.gather", process_set=ps)
         checks.close("allgather in a process set", got, members)
-        got = hvd.broadcast(torch.tensor([rank]), 0, name="ps.bcast", process_set=ps)
-        checks.close("broadcast root is a rank within the set", got, [members[0]])
-        obj = hvd.broadcast_object({"from": rank} if ps.rank() == 0 else None, 0, process_set=ps)
-        checks.true("broadcast_object in a process set", obj == {"from": members[0]}, str(obj))
+        root = members[-1]  # roots are global ranks, as in Horovod
+        got = hvd.broadcast(torch.tensor([rank]), root, name="ps.bcast", process_set=ps)
+        checks.close("broadcast from a global root rank", got, [root])
+        obj = hvd.broadcast_object({"from": rank} if rank == root else None, root, process_set=ps)
+        checks.true("broadcast_object in a process set", obj == {"from": root}, str(obj))
+        if size > 1:
+            checks.raises("a root outside the set", ValueError, hvd.broadcast, torch.tensor([rank]), 0,
+                          process_set=ps, match=["root_rank 0", "not a member"])
     hvd.remove_process_set(ps)
     obj = hvd.broadcast_object({"rank": rank, "list": [1, 2.5, "x"]} if rank == 0 else None, root_rank=0)
     checks.true("broadcast_object", obj == {"rank": 0, "list": [1, 2.5, "x"]}, str(obj))

@@ -5,8 +5,8 @@ tensors that work eagerly and inside ``tf.function`` with gradients, ``Distribut
 ``broadcast_variables``, and (for Keras optimizers) ``DistributedOptimizer``. No C++ is compiled against
 TensorFlow: collectives run as ``tf.numpy_function`` ops over the core's C ABI (see docs/tensorflow.md).
 """
-from hvdlite.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init,  # noqa: F401
-                            is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
+                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)
 from hvdlite.errors import HorovodInternalError, HvdliteError  # noqa: F401

@@ -14,6 +14,7 @@ except ImportError:  # pragma: no cover - a TensorFlow without it: always wrap
     def _could_record():
         return True
 
+from hvdlite import basics
 from hvdlite import ops as core_ops
 from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum, reducescatter_rows
 from hvdlite.process_sets import global_process_set
@@ -203,7 +204,7 @@ def _broadcast_group(tensors, names, root_rank, process_set):
 
     def backward(xs, ys, dys):
         summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
-        if process_set.rank() == root_rank:
+        if basics.rank() == root_rank:  # roots are global ranks, as in Horovod
             return summed
         return [tf.zeros_like(s) for s in summed]
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
@@ -211,7 +212,8 @@ def _broadcast_group(tensors, names, root_rank, process_set):
 
 @_not_converted
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a rank within the process set)."""
+    """Returns the root rank's ``tensor`` on every rank (``root_rank`` is a global rank, also for a process set,
+    as in Horovod)."""
     name = bridge.collective_name("broadcast", name, process_set)
     return _broadcast_group([tensor], [name], root_rank, process_set)[0]
 

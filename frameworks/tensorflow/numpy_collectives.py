@@ -96,7 +96,8 @@ def broadcast(arrays, names, root_rank, process_set):
     inputs = [_contiguous(a) for a in arrays]
     outputs = [aligned_empty(a.shape, a.dtype) for a in inputs]
     requests = [Request(collective=Collective.BROADCAST, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
-                        input_ptr=_address(a), output_ptr=_address(out), root_rank=root_rank,
+                        input_ptr=_address(a), output_ptr=_address(out),
+                        root_rank=process_set.root_in_set(root_rank),
                         process_set=process_set, keepalive=(a, out))
                 for a, out, name in zip(inputs, outputs, names)]
     return _with_outputs(requests, lambda handles: outputs)

@@ -4,8 +4,8 @@
 core as host pointers, dtypes and shapes (no C++ is compiled against PyTorch); GPU tensors are staged through
 host memory. Importing this module never requires CUDA.
 """
-from hvdlite.basics import (cross_rank, cross_size, cuda_built, gloo_built, gloo_enabled, init,  # noqa: F401
-                            is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
+                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)
 from hvdlite.errors import HorovodInternalError  # noqa: F401
@@ -21,6 +21,6 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgat
                       grouped_allgather_async, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                       grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
                       handle_average_backwards_compatibility, join, poll, reducescatter, reducescatter_async,
-                      synchronize)
+                      sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401

@@ -136,6 +136,30 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     return handles.register(core, finish)
 
 
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
+    """Starts summing (``Sum``) or averaging (``Average``) a sparse COO tensor over the set by gathering every
+    rank's indices and values, as Horovod does. Returns, as Horovod does, a callable: calling it waits and
+    returns the reduced sparse tensor (coalesced)."""
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async supports op=Average or op=Sum, got {op!r}")
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async needs a sparse COO tensor; use allreduce_async for dense ones")
+    name = _single(name, "sparse_allreduce", process_set)
+    coalesced = tensor.coalesce()
+    indices = coalesced.indices().t().contiguous()
+    values = coalesced.values().contiguous()
+    handle = grouped_allgather_async([indices, values], name=name, process_set=process_set)
+    size = process_set.size()
+
+    def wait():
+        all_indices, all_values = handles.synchronize(handle)
+        if op == Average:
+            all_values = all_values / size
+        return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.shape,
+                                       check_invariants=False).coalesce()
+    return wait
+
+
 # ---------------------------------------------------------------------------------------------- broadcast
 
 def _broadcast(tensor, root_rank, name, process_set, in_place):
@@ -144,7 +168,7 @@ def _broadcast(tensor, root_rank, name, process_set, in_place):
     request = Request(collective=Collective.BROADCAST, name=_single(name, "broadcast", process_set),
                       dtype=staging.core_dtype(host), shape=tuple(host.shape),
                       input_ptr=staging.address(host), output_ptr=staging.address(out),
-                      root_rank=int(root_rank), process_set=process_set, keepalive=(host, out))
+                      root_rank=process_set.root_in_set(root_rank), process_set=process_set, keepalive=(host, out))
     core = [submit(request)]
     if in_place:
         return handles.register(core, lambda _: staging.write_back(tensor, host))

@@ -1,16 +1,22 @@
-"""Autograd functions for the collectives: the gradient of each collective is the matching collective.
+"""Autograd functions for the collectives, with Horovod's gradient conventions for PyTorch.
 
-For a job whose total loss is the sum of every rank's loss, with y = post * op_j(pre * x_j):
+With y = post * op_j(pre * x_j) and dL/dy this rank's incoming gradient:
 - allreduce Sum/Average: dL/dx_i = allreduce(dL/dy, same op and scale factors);
 - allreduce Min/Max: the gradient flows to the ranks holding the extreme (split evenly among ties);
 - allreduce Product: dL/dx_i = sum_j dL/dy_j * post * pre * prod_{k != i}(pre * x_k);
-- allgather: this rank's rows of the summed gradient; broadcast: the summed gradient on the root, zero elsewhere;
+- allgather: this rank's rows of the *average* over ranks of dL/dy;
+- broadcast: the average over ranks of dL/dy on the root, zero elsewhere;
 - alltoall: an alltoall of the gradient back along the received splits;
-- reducescatter: an allgather of the gradient (Sum/Average), else the allreduce rule on the zero-padded gradient.
+- reducescatter Sum: the allgather of dL/dy times the set's size; Average: the allgather of dL/dy; other ops
+  take the allreduce rule on the zero-padded gradient.
+The averages (and the reducescatter's factor) are Horovod's: they treat every rank's incoming gradient as one
+rank's share of an averaged loss, so that the optimizer's averaging of gradients stays the only averaging.
 Backward collectives are named after the forward name when there is one, else auto-named (ranks run backward in
 the same order, so the names agree).
 """
 import torch
+
+from hvdlite import basics
 
 from . import async_ops as aops
 from .async_ops import Average, Max, Min, Product, Sum
@@ -95,13 +101,13 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
 
 def _allgather_grad(dim0, grad, process_set, name):
-    """This rank's rows of the sum over ranks of dL/d(gathered)."""
+    """This rank's rows of the average over ranks of dL/d(gathered)."""
     sizes = synchronize(aops.allgather_async(torch.tensor([dim0], dtype=torch.int64),
                                              name=_derived(name, "grad.sizes"), process_set=process_set))
     offset = int(sizes[:process_set.rank()].sum())
-    summed = synchronize(aops.allreduce_async(_contiguous(grad), name=_derived(name, "grad"), op=Sum,
-                                              process_set=process_set))
-    return summed.narrow(0, offset, dim0)
+    averaged = synchronize(aops.allreduce_async(_contiguous(grad), name=_derived(name, "grad"), op=Average,
+                                                process_set=process_set))
+    return averaged.narrow(0, offset, dim0)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -144,11 +150,11 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         root_rank, name, process_set = ctx.args
-        summed = synchronize(aops.allreduce_async(_contiguous(grad_output), name=_derived(name, "grad"), op=Sum,
-                                                  process_set=process_set))
-        if process_set.rank() != root_rank:
-            summed = torch.zeros_like(summed)
-        return summed, None, None, None
+        averaged = synchronize(aops.allreduce_async(_contiguous(grad_output), name=_derived(name, "grad"),
+                                                    op=Average, process_set=process_set))
+        if basics.rank() != root_rank:  # roots are global ranks
+            averaged = torch.zeros_like(averaged)
+        return averaged, None, None, None
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -174,7 +180,7 @@ def _reducescatter_grad(x, shape, grad, op, pre, post, process_set, name):
     if op in (Sum, Average):
         gathered = synchronize(aops.allgather_async(_contiguous(grad), name=_derived(name, "grad"),
                                                     process_set=process_set))
-        scale = pre * post / (process_set.size() if op == Average else 1)
+        scale = pre * post * (process_set.size() if op == Sum else 1)
         return gathered if scale == 1 else gathered * scale
     # reducescatter(x) is this rank's block of allreduce(x): pad the gradient to the full shape.
     from hvdlite.ops import reducescatter_rows
@@ -219,7 +225,9 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         shapes, name, op, process_set, pre, post = ctx.args
-        xs = ctx.saved_tensors if ctx.saved_tensors else [None] * len(grads)
+        # Saved tensors are read only where the op needs them: backward runs once per output when the caller
+        # calls backward on each output, and a second read of freed saved tensors raises.
+        xs = ctx.saved_tensors if op not in (Sum, Average) else [None] * len(grads)
         return (None,) * 5 + tuple(
             _reducescatter_grad(x, s, g, op, pre, post, process_set, _derived(name, str(i)))
             for i, (x, s, g) in enumerate(zip(xs, shapes, grads)))

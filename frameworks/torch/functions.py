@@ -4,6 +4,7 @@ import io
 
 import torch
 
+from hvdlite import basics
 from hvdlite.process_sets import global_process_set
 
 from .async_ops import Min, allgather_async, allreduce_async, broadcast_async_, set_auto_name
@@ -31,7 +32,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Other ranks may pass anything (usually None) as ``obj``.
     """
     name = name if name is not None else set_auto_name("broadcast_object", process_set)
-    is_root = process_set.rank() == root_rank
+    is_root = basics.rank() == root_rank  # a global rank, as in Horovod
     payload = _to_bytes_tensor(obj) if is_root else None
     size = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
     synchronize(broadcast_async_(size, root_rank, name=f"{name}.size", process_set=process_set))
@@ -91,6 +92,17 @@ def _describe_state(state_dict):
     return {"param_groups": groups, "state": state}
 
 
+def _give_zero_gradients(optimizer):
+    """As Horovod leaves them after broadcasting a fresh optimizer's state: every parameter that requires a
+    gradient and has none gets a zero one (scripts read ``p.grad`` right after), the others keep None. Unlike
+    Horovod, no optimizer step is taken, so weight decay does not move the parameters."""
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+
+
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
     """Makes every rank's optimizer state and hyper-parameters those of ``root_rank``.
 
@@ -102,7 +114,9 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     if not process_set.included():
         return
     state_dict = optimizer.state_dict()
-    is_root = process_set.rank() == root_rank
+    if not state_dict["state"]:
+        _give_zero_gradients(optimizer)
+    is_root = basics.rank() == root_rank  # a global rank, as in Horovod
     name = set_auto_name("broadcast_optimizer_state", process_set)
     layout = broadcast_object(_describe_state(state_dict) if is_root else None, root_rank,
                               name=f"{name}.layout", process_set=process_set)

@@ -10,7 +10,7 @@ from .async_ops import (Adasum, Average, Max, Min, Product, Sum, allgather_async
                         allreduce_async_, alltoall_async, broadcast_async, broadcast_async_,
                         grouped_allgather_async, grouped_allreduce_async, grouped_allreduce_async_,
                         grouped_reducescatter_async, handle_average_backwards_compatibility,
-                        reducescatter_async)
+                        reducescatter_async, sparse_allreduce_async)
 from .async_ops import check_op as _check_op
 from .autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast,
                        HorovodGroupedAllgather, HorovodGroupedAllreduce, HorovodGroupedReducescatter,
@@ -68,7 +68,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns ``tensor`` as it is on ``root_rank`` (a rank within the set); the input is not modified.
+    """Returns ``tensor`` as it is on ``root_rank`` (a global rank, also for a process set, as in Horovod); the
+    input is not modified.
     Differentiable."""
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 

@@ -27,7 +27,7 @@ from .handles import synchronize as _synchronize_handle
 class _Bucket:
     """Parameters whose gradients are all-reduced together (one parameter unless ``groups`` was given)."""
 
-    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared")
+    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared", "sparse")
 
     def __init__(self, params, name):
         self.params = params
@@ -36,6 +36,7 @@ class _Bucket:
         self.handle = None
         self.contexts = None
         self.prepared = None  # the PreparedRequest of the in-place fast path (see _submit_prepared)
+        self.sparse = set()  # parameters whose sparse gradient is reduced dense (sparse_as_dense)
 
 
 _PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest (handle: the core's)
@@ -174,10 +175,13 @@ class _DistributedOptimizer:
         if self._submit_prepared(bucket):
             return
         prescale, postscale = self._scale_factors()
+        bucket.sparse = set()
         for p in bucket.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             elif p.grad.is_sparse and self._sparse_as_dense:
+                # reduced dense, handed back sparse (a sparse optimizer such as SparseAdam takes no other)
+                bucket.sparse.add(p)
                 p.grad = p.grad.to_dense()
         if any(p.grad.is_sparse for p in bucket.params):
             bucket.handle = self._submit_sparse(bucket, prescale)
@@ -216,15 +220,15 @@ class _DistributedOptimizer:
         return True
 
     def _submit_sparse(self, bucket, prescale):
-        """Sparse gradients: gather every rank's (indices, values), as Horovod's sparse allreduce does."""
+        """Sparse gradients: every rank's (indices, values) gathered, as Horovod's sparse allreduce does; the
+        handle is the callable that ``sparse_allreduce_async`` returns."""
         if len(bucket.params) != 1:
             raise ValueError("sparse gradients cannot be grouped; use sparse_as_dense=True")
         if self._op not in (Average, Sum):
             raise ValueError("sparse gradients support only op=Average or op=Sum")
-        grad = bucket.params[0].grad.coalesce()
-        indices = grad.indices().t().contiguous()
-        values = grad.values().contiguous() * prescale
-        return aops.grouped_allgather_async([indices, values], name=bucket.name, process_set=self.process_set)
+        grad = bucket.params[0].grad
+        return aops.sparse_allreduce_async(grad * prescale if prescale != 1.0 else grad, name=bucket.name,
+                                           op=self._op, process_set=self.process_set)
 
     # ------------------------------------------------------------------------------------- after backward
 
@@ -255,18 +259,17 @@ class _DistributedOptimizer:
         if bucket.contexts is _PREPARED:  # reduced in place into p.grad
             bucket.handle.finish()  # waits, then releases even when it raises
             return
-        result = _synchronize_handle(bucket.handle)
-        if bucket.contexts is None:  # sparse: rebuild the summed sparse gradient
+        if bucket.contexts is None:  # sparse: the reduced sparse gradient
             p = bucket.params[0]
-            indices, values = result
-            if self._op == Average:
-                values = values * (self._gradient_predivide_factor / self.process_set.size())
-            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape, check_invariants=False).coalesce()
+            p.grad = bucket.handle() * (self._gradient_predivide_factor if self._op == Average else 1.0)
             return
+        _synchronize_handle(bucket.handle)
         compressed, contexts = bucket.contexts
         for p, reduced, ctx in zip(bucket.params, compressed, contexts):
             grad = self._compression.decompress(reduced, ctx)
-            if grad is not p.grad:
+            if p in bucket.sparse:
+                p.grad = grad.to_sparse()
+            elif grad is not p.grad:
                 p.grad.copy_(grad)
 
     def _in_flight(self):

@@ -96,7 +96,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
     Entry &e = *locals[0];
     auto start = Clock::now();
     std::string error;
-    if (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype)) {
+    if (spec.prescale == 1.0) {
       error = algorithm.RunFrom(ctx, e.input, e.output, total, spec.dtype, spec.op);
     } else {
       ScaleCopy(e.output, e.input, total, spec.dtype, spec.prescale);
@@ -111,7 +111,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
 
   // A fused batch, every tensor held here and no prescale: reduce the tensors where they are.
   const bool all_local = std::find(locals.begin(), locals.end(), nullptr) == locals.end();
-  if (algorithm.takes_pieces() && all_local && (spec.prescale == 1.0 || !IsFloatingPoint(spec.dtype))) {
+  if (algorithm.takes_pieces() && all_local && (spec.prescale == 1.0)) {
     pieces_.clear();
     for (size_t i = 0; i < batch.parts.size(); ++i) {
       const int64_t bytes = batch.parts[i]->Elements() * static_cast<int64_t>(element);

@@ -159,6 +159,14 @@ void ScaleHalf(void *dst, const void *src, int64_t count, double factor) {
   for (; i < count; ++i) d[i] = FromFloat(ToFloat(s[i]) * f);
 }
 
+// Integers scale as Horovod scales them: in double, truncated back to the integer type.
+template <typename T>
+void ScaleIntegerTyped(void *dst, const void *src, int64_t count, double factor) {
+  T *d = static_cast<T *>(dst);
+  const T *s = static_cast<const T *>(src);
+  for (int64_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * factor);
+}
+
 template <typename T>
 void DivideTyped(void *buffer, int64_t count, int64_t divisor) {
   T *b = static_cast<T *>(buffer);
@@ -187,7 +195,7 @@ void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, Reduc
 }
 
 void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor) {
-  if (factor == 1.0 || !IsFloatingPoint(dtype)) {
+  if (factor == 1.0 || dtype == DataType::kBool) {
     const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
     const auto *to = static_cast<const uint8_t *>(dst), *from = static_cast<const uint8_t *>(src);
     if (to + bytes <= from || from + bytes <= to) CopyBytes(dst, src, bytes);
@@ -199,7 +207,12 @@ void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double
     case DataType::kFloat64: ScaleTyped<double>(dst, src, count, factor); break;
     case DataType::kFloat16: ScaleHalf<Float16ToFloat, FloatToFloat16>(dst, src, count, factor); break;
     case DataType::kBFloat16: ScaleHalf<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, factor); break;
-    default: break;
+    case DataType::kUInt8: ScaleIntegerTyped<uint8_t>(dst, src, count, factor); break;
+    case DataType::kInt8: ScaleIntegerTyped<int8_t>(dst, src, count, factor); break;
+    case DataType::kInt16: ScaleIntegerTyped<int16_t>(dst, src, count, factor); break;
+    case DataType::kInt32: ScaleIntegerTyped<int32_t>(dst, src, count, factor); break;
+    case DataType::kInt64: ScaleIntegerTyped<int64_t>(dst, src, count, factor); break;
+    case DataType::kBool: break;
   }
 }
 
@@ -217,7 +230,8 @@ void DivideIntegers(void *buffer, int64_t count, DataType dtype, int64_t divisor
 void FinishReduction(void *out, const void *reduced, int64_t count, DataType dtype, ReduceOp op, double postscale,
                      int32_t set_size) {
   const bool average = op == ReduceOp::kAverage;
-  if (IsFloatingPoint(dtype)) {
+  if (IsFloatingPoint(dtype) || postscale != 1.0) {
+    // Integers with a postscale: one truncation of sum * postscale / size, as Horovod computes it.
     ScaleCopy(out, reduced, count, dtype, postscale / (average ? set_size : 1));
   } else {
     if (out != reduced) CopyBytes(out, reduced, count * DataTypeSize(dtype));

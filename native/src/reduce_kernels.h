@@ -12,8 +12,8 @@ void ReduceInto(void *dst, const void *src, int64_t count, DataType dtype, Reduc
 // dst[i] = a[i] (op) b[i]; dst may be a, otherwise it overlaps neither input.
 void ReduceTo(void *dst, const void *a, const void *b, int64_t count, DataType dtype, ReduceOp op);
 
-// dst[i] = src[i] * factor for floating types; dst may equal src. Integers are copied unscaled
-// (negotiation rejects non-unit scale factors for them).
+// dst[i] = src[i] * factor; dst may equal src. Integers are scaled in double and truncated back (Horovod's
+// rule); bool is copied unscaled.
 void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double factor);
 
 // out = reduced with postscale and the average's division applied (once, after the reduction); out may

@@ -58,10 +58,6 @@ std::string CheckLocalRequest(const Request &r, int32_t set_size) {
     if (static_cast<int32_t>(r.op) < 0 || static_cast<int32_t>(r.op) > HVDLITE_OP_PRODUCT) {
       return "Unknown reduce op " + std::to_string(static_cast<int32_t>(r.op)) + " for tensor '" + r.name + "'";
     }
-    if (!IsFloatingPoint(r.dtype) && (r.prescale != 1.0 || r.postscale != 1.0)) {
-      return "prescale_factor/postscale_factor apply to floating-point tensors only; tensor '" + r.name +
-             "' has dtype " + DataTypeName(r.dtype);
-    }
   }
   if (r.collective == Collective::kBroadcast && (r.root_rank < 0 || r.root_rank >= set_size)) {
     return "Invalid root rank " + std::to_string(r.root_rank) + " for broadcast of tensor '" + r.name +

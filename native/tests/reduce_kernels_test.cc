@@ -80,9 +80,13 @@ TEST(FinishReduction, AverageDividesOnceThenPostscalesAndIntegersTruncate) {
   FinishReduction(isum.data(), isum.data(), 2, DataType::kInt32, ReduceOp::kAverage, 1.0, 2);
   EXPECT_EQ(isum[0], 3);   // toward zero
   EXPECT_EQ(isum[1], -3);
+  // A postscale on integers: one truncation of sum * postscale / size, computed in double.
+  std::vector<int64_t> lsum = {7, -7, 5};
+  FinishReduction(lsum.data(), lsum.data(), 3, DataType::kInt64, ReduceOp::kAverage, 3.0, 2);
+  EXPECT_EQ(lsum, (std::vector<int64_t>{10, -10, 7}));
 }
 
-TEST(ScaleCopy, ScalesFloatsAndCopiesIntegers) {
+TEST(ScaleCopy, ScalesFloatsAndIntegersAndCopiesAtOne) {
   std::vector<double> x = {1.0, -2.0};
   ScaleCopy(x.data(), x.data(), 2, DataType::kFloat64, 0.5);
   EXPECT_EQ(x[0], 0.5);
@@ -90,6 +94,12 @@ TEST(ScaleCopy, ScalesFloatsAndCopiesIntegers) {
   std::vector<int16_t> src = {3, -4}, dst(2);
   ScaleCopy(dst.data(), src.data(), 2, DataType::kInt16, 1.0);
   EXPECT_EQ(dst, src);
+  // Integers scale in double and truncate toward zero, as Horovod scales them.
+  ScaleCopy(dst.data(), src.data(), 2, DataType::kInt16, 0.5);
+  EXPECT_EQ(dst, (std::vector<int16_t>{1, -2}));
+  std::vector<uint8_t> bytes = {3, 250};
+  ScaleCopy(bytes.data(), bytes.data(), 2, DataType::kUInt8, 0.1);
+  EXPECT_EQ(bytes, (std::vector<uint8_t>{0, 25}));
 }
 
 }  // namespace

@@ -45,23 +45,26 @@ def is_integer(value):
 
 def reduce_reference(inputs, op, prescale=1.0, postscale=1.0):
     """float64 reduction of the ranks' inputs (numpy arrays, torch or TF tensors) with hvdlite's semantics; op by
-    name in any case ("sum", "Average", ...)."""
+    name in any case ("sum", "Average", ...). Integer tensors scale as Horovod scales them: in float64, truncated
+    toward zero after the prescale and once at the end (average and postscale together)."""
     from harness.checks import as_float64
     op = op.lower()
+    integer = is_integer(inputs[0])
     stacked = np.stack([as_float64(x) * prescale for x in inputs])
+    if integer:
+        stacked = np.trunc(stacked)
     if op in ("sum", "average"):
         out = stacked.sum(axis=0)
         if op == "average":
             out = out / len(inputs)
-            if is_integer(inputs[0]):
-                out = np.trunc(out)  # integer averages truncate toward zero
     elif op == "min":
         out = stacked.min(axis=0)
     elif op == "max":
         out = stacked.max(axis=0)
     else:
         out = stacked.prod(axis=0)
-    return out * postscale
+    out = out * postscale
+    return np.trunc(out) if integer else out
 
 
 def check_close(name, got, expected, dtype_name, what):
