@@ -54,6 +54,15 @@ class ProcessSet:
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
+_added = {0: global_process_set}  # process set id -> ProcessSet, for the APIs that take ids (Horovod's *_op)
+
+
+def process_set_by_id(process_set_id):
+    """The ProcessSet added with this id (0: the global one); ValueError for an id not (or no longer) added."""
+    try:
+        return _added[int(process_set_id)]
+    except KeyError:
+        raise ValueError(f"no process set with id {process_set_id} has been added") from None
 
 
 def _refresh_global(size):
@@ -85,6 +94,7 @@ def add_process_set(process_set):
     if handle < 0:
         _raise_enqueue_error(handle, buffer)
     process_set.process_set_id = int(_wait_for_change(handle, f"add_process_set({process_set.ranks})"))
+    _added[process_set.process_set_id] = process_set
     return process_set
 
 
@@ -100,6 +110,7 @@ def remove_process_set(process_set):
         _wait_for_change(handle, f"remove_process_set({process_set.process_set_id})")
     except ValueError:
         return False
+    _added.pop(process_set.process_set_id, None)
     process_set.process_set_id = None
     return True
 

@@ -31,7 +31,7 @@ DTYPES = {
     "uint8": lib.HVDLITE_UINT8, "int8": lib.HVDLITE_INT8, "int16": lib.HVDLITE_INT16,
     "int32": lib.HVDLITE_INT32, "int64": lib.HVDLITE_INT64, "float16": lib.HVDLITE_FLOAT16,
     "bfloat16": lib.HVDLITE_BFLOAT16, "float32": lib.HVDLITE_FLOAT32, "float64": lib.HVDLITE_FLOAT64,
-    "bool": lib.HVDLITE_BOOL,
+    "bool": lib.HVDLITE_BOOL, "uint16": lib.HVDLITE_UINT16,
 }
 _NUMPY_DTYPE_NAMES = {np.dtype(name): name for name in DTYPES if name != "bfloat16"}
 _NUMPY_DTYPE_NAMES[np.dtype(ml_dtypes.bfloat16)] = "bfloat16"

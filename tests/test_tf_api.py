@@ -28,10 +28,13 @@ mpi_threads_supported mpi_enabled mpi_built gloo_enabled gloo_built nccl_built c
 stop_timeline ProcessSet global_process_set add_process_set remove_process_set HorovodInternalError Average Sum Min
 Max Product Adasum allreduce grouped_allreduce allgather grouped_allgather broadcast alltoall reducescatter
 grouped_reducescatter join barrier broadcast_variables broadcast_object broadcast_object_fn allgather_object
-Compression DistributedGradientTape DistributedOptimizer size_op rank_op local_size_op local_rank_op""".split()
+Compression DistributedGradientTape DistributedOptimizer size_op rank_op local_size_op local_rank_op ccl_built ddl_built
+broadcast_ broadcast_global_variables process_set_included_op PartialDistributedGradientTape
+PartialDistributedOptimizer SyncBatchNormalization""".split()
 KERAS_NAMES = """init shutdown size rank local_rank local_size DistributedOptimizer load_model callbacks allreduce
 allgather broadcast reducescatter broadcast_object allgather_object broadcast_variables Compression Average Sum
-ProcessSet add_process_set global_process_set HorovodInternalError""".split()
+ProcessSet add_process_set global_process_set HorovodInternalError PartialDistributedOptimizer SyncBatchNormalization
+broadcast_global_variables""".split()
 CALLBACKS = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateWarmupCallback",
              "LearningRateScheduleCallback"]
 

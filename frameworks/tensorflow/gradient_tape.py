@@ -52,3 +52,31 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     tape._hvdlite_settings = settings
     tape._hvdlite_local_sources = []
     return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """A ``DistributedGradientTape`` that leaves the gradients of ``local_layers`` (a Keras layer or a list of
+    them) on this rank: they are not communicated, and are divided by the set's size when
+    ``scale_local_gradients`` (so that they stay on the scale of the averaged ones)."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    for variable in local_layer_variables(local_layers):
+        tape.register_local_source(variable)
+    return tape
+
+
+def local_layer_variables(local_layers):
+    """The trainable variables of a Keras layer, or of a list of layers (None: no layer)."""
+    import keras
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    local_layers = list(local_layers)
+    if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("local_layers must be a Keras layer or a list of Keras layers")
+    return [v for layer in local_layers for v in layer.trainable_weights]

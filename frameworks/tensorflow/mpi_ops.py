@@ -206,7 +206,9 @@ def _broadcast_group(tensors, names, root_rank, process_set):
         summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
         if basics.rank() == root_rank:  # roots are global ranks, as in Horovod
             return summed
-        return [tf.zeros_like(s) for s in summed]
+        # s * 0, not tf.zeros_like(s): in a graph, zeros_like of a known shape drops its input, and the ranks'
+        # graphs would then run different collectives.
+        return [s * tf.zeros([], s.dtype) for s in summed]
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 

@@ -2,17 +2,14 @@
 import tensorflow as tf
 
 from hvdlite import basics
-from hvdlite.process_sets import ProcessSet, global_process_set
+from hvdlite.process_sets import ProcessSet, global_process_set, process_set_by_id
 
 
 def _process_set(process_set_id):
     """Horovod passes process set ids; a ProcessSet object is accepted too."""
     if isinstance(process_set_id, ProcessSet):
         return process_set_id
-    if process_set_id in (0, None):
-        return global_process_set
-    raise ValueError(f"process set id {process_set_id}: pass the ProcessSet object itself "
-                     "(hvdlite looks process sets up by object, not by id)")
+    return global_process_set if process_set_id is None else process_set_by_id(process_set_id)
 
 
 def size_op(process_set_id=0, name=None):

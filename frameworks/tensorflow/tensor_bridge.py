@@ -2,13 +2,16 @@
 
 Eager: the body is called at once on the tensors' host buffers (``EagerTensor._numpy()``: a view, where the
 public ``numpy()`` makes a copy), and its outputs become tensors through DLPack, which adopts the NumPy buffer
-instead of copying it. Graph (``tf.function``): the body becomes a stateful ``tf.numpy_function``. Being
-stateful, these ops keep program order under tf.function's automatic control dependencies, so every rank runs
-its collectives in the order the program wrote them, which is what keeps a blocking collective from
-deadlocking across ranks.
+instead of copying it. Graph (``tf.function``, or a TF1 ``tf.compat.v1`` graph run by a session): the body
+becomes a stateful ``tf.numpy_function``. Every rank must run its collectives in the order the program wrote
+them, or blocking collectives deadlock across ranks: inside ``tf.function`` the automatic control dependencies
+of stateful ops keep that order; a TF1 graph has none, so each collective gets a control dependency on the one
+created before it in the same graph (a session that fetches a later collective runs the earlier ones too, on
+every rank alike).
 Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
 """
 import re
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +49,24 @@ def _graph_path(graph):
     while graph is not None and hasattr(graph, "outer_graph"):
         parts.append(re.sub(r"_\d+$", "", graph.name))
         graph = graph.outer_graph
-    return "/".join(reversed(parts)) or graph.name
+    return "/".join(reversed(parts)) or getattr(graph, "name", "graph")  # a TF1 Graph has no name
+
+
+_last_token = weakref.WeakKeyDictionary()  # TF1 graph -> the order token of the collective created last in it
+
+
+def _in_program_order(graph, body, inputs, out_dtypes, name):
+    """A collective op of a TF1 graph that runs after the one created before it: each op takes the previous
+    one's order token (a scalar output) as an extra input, a data dependency (a control dependency would mark
+    the earlier op, which TensorFlow refuses once a session has run it)."""
+    previous = _last_token.get(graph)
+    extra = [] if previous is None else [previous]
+
+    def ordered(*arrays):
+        return list(body(*arrays[:len(inputs)])) + [np.int8(0)]
+    *outputs, token = tf.numpy_function(ordered, inputs + extra, out_dtypes + [tf.int8], stateful=True, name=name)
+    _last_token[graph] = token
+    return outputs
 
 
 def as_tensor(value):
@@ -61,8 +81,12 @@ def run(body, inputs, out_dtypes, out_shapes, op_name):
     if tf.executing_eagerly():
         arrays = [_host_view(t) for t in inputs]
         return [_adopt(out, dtype) for out, dtype in zip(body(*arrays), out_dtypes)]
-    outputs = tf.numpy_function(lambda *arrays: list(body(*arrays)), inputs, list(out_dtypes), stateful=True,
-                                name=_graph_op_name(op_name))
+    graph = tf.compat.v1.get_default_graph()
+    if hasattr(graph, "outer_graph"):  # tf.function: automatic control dependencies keep program order
+        outputs = tf.numpy_function(lambda *arrays: list(body(*arrays)), inputs, list(out_dtypes), stateful=True,
+                                    name=_graph_op_name(op_name))
+    else:
+        outputs = _in_program_order(graph, body, inputs, list(out_dtypes), _graph_op_name(op_name))
     for out, shape in zip(outputs, out_shapes):
         out.set_shape(shape)
     return list(outputs)

@@ -11,6 +11,7 @@ import torch
 
 CORE_DTYPES = {
     torch.uint8: "uint8",
+    torch.uint16: "uint16",
     torch.int8: "int8",
     torch.int16: "int16",
     torch.int32: "int32",

@@ -24,7 +24,8 @@ enum hvdlite_dtype {
   HVDLITE_BFLOAT16 = 6,
   HVDLITE_FLOAT32 = 7,
   HVDLITE_FLOAT64 = 8,
-  HVDLITE_BOOL = 9
+  HVDLITE_BOOL = 9,
+  HVDLITE_UINT16 = 10
 };
 
 /* Reduction operators, numbered as Horovod numbers them. */

@@ -59,6 +59,7 @@ static int core_dtype(PyArrayObject *array) {
   if (!PyArray_ISNOTSWAPPED(array)) return -1;
   switch (PyArray_TYPE(array)) {
     case NPY_BOOL: return HVDLITE_BOOL;
+    case NPY_USHORT: return HVDLITE_UINT16;
     case NPY_UBYTE: return HVDLITE_UINT8;
     case NPY_BYTE: return HVDLITE_INT8;
     case NPY_SHORT: return HVDLITE_INT16;

@@ -58,6 +58,7 @@ MPI_Datatype MpiTypes::Datatype(DataType dtype) const {
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUInt16: return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }

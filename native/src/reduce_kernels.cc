@@ -187,6 +187,7 @@ void ReduceTo(void *dst, const void *a, const void *b, int64_t count, DataType d
     case DataType::kFloat16: ReduceHalf<Float16ToFloat, FloatToFloat16>(dst, a, b, count, op); break;
     case DataType::kBFloat16: ReduceHalf<BFloat16ToFloat, FloatToBFloat16>(dst, a, b, count, op); break;
     case DataType::kBool: ReduceTyped<bool>(dst, a, b, count, op); break;
+    case DataType::kUInt16: ReduceTyped<uint16_t>(dst, a, b, count, op); break;
   }
 }
 
@@ -210,6 +211,7 @@ void ScaleCopy(void *dst, const void *src, int64_t count, DataType dtype, double
     case DataType::kUInt8: ScaleIntegerTyped<uint8_t>(dst, src, count, factor); break;
     case DataType::kInt8: ScaleIntegerTyped<int8_t>(dst, src, count, factor); break;
     case DataType::kInt16: ScaleIntegerTyped<int16_t>(dst, src, count, factor); break;
+    case DataType::kUInt16: ScaleIntegerTyped<uint16_t>(dst, src, count, factor); break;
     case DataType::kInt32: ScaleIntegerTyped<int32_t>(dst, src, count, factor); break;
     case DataType::kInt64: ScaleIntegerTyped<int64_t>(dst, src, count, factor); break;
     case DataType::kBool: break;
@@ -221,6 +223,7 @@ void DivideIntegers(void *buffer, int64_t count, DataType dtype, int64_t divisor
     case DataType::kUInt8: DivideTyped<uint8_t>(buffer, count, divisor); break;
     case DataType::kInt8: DivideTyped<int8_t>(buffer, count, divisor); break;
     case DataType::kInt16: DivideTyped<int16_t>(buffer, count, divisor); break;
+    case DataType::kUInt16: DivideTyped<uint16_t>(buffer, count, divisor); break;
     case DataType::kInt32: DivideTyped<int32_t>(buffer, count, divisor); break;
     case DataType::kInt64: DivideTyped<int64_t>(buffer, count, divisor); break;
     default: break;

@@ -14,7 +14,8 @@ using Clock = std::chrono::steady_clock;  // every duration and time point of th
 enum class DataType : int32_t {
   kUInt8 = HVDLITE_UINT8, kInt8 = HVDLITE_INT8, kInt16 = HVDLITE_INT16, kInt32 = HVDLITE_INT32,
   kInt64 = HVDLITE_INT64, kFloat16 = HVDLITE_FLOAT16, kBFloat16 = HVDLITE_BFLOAT16,
-  kFloat32 = HVDLITE_FLOAT32, kFloat64 = HVDLITE_FLOAT64, kBool = HVDLITE_BOOL
+  kFloat32 = HVDLITE_FLOAT32, kFloat64 = HVDLITE_FLOAT64, kBool = HVDLITE_BOOL,
+  kUInt16 = HVDLITE_UINT16
 };
 
 enum class ReduceOp : int32_t {
@@ -30,12 +31,12 @@ enum class Collective : int32_t {
   kAddProcessSet = 100, kRemoveProcessSet = 101
 };
 
-inline bool IsValidDataType(int32_t d) { return d >= HVDLITE_UINT8 && d <= HVDLITE_BOOL; }
+inline bool IsValidDataType(int32_t d) { return d >= HVDLITE_UINT8 && d <= HVDLITE_UINT16; }
 
 inline size_t DataTypeSize(DataType d) {
   switch (d) {
     case DataType::kUInt8: case DataType::kInt8: case DataType::kBool: return 1;
-    case DataType::kInt16: case DataType::kFloat16: case DataType::kBFloat16: return 2;
+    case DataType::kInt16: case DataType::kUInt16: case DataType::kFloat16: case DataType::kBFloat16: return 2;
     case DataType::kInt32: case DataType::kFloat32: return 4;
     case DataType::kInt64: case DataType::kFloat64: return 8;
   }
@@ -59,6 +60,7 @@ inline const char *DataTypeName(DataType d) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kUInt16: return "uint16";
   }
   return "unknown";
 }

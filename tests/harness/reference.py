@@ -9,7 +9,7 @@ try:
 except ImportError:  # pragma: no cover - ml_dtypes is an install requirement
     BFLOAT16 = None
 
-DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DTYPES = ["uint8", "uint16", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 TOLERANCE = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 
 
@@ -24,7 +24,7 @@ def rank_input(name, shape, rank, op, seed):
         values = rng.integers(1, 3, size=shape).astype(np.float64)
         if name.startswith("float") or name == "bfloat16":
             values = rng.uniform(0.5, 1.5, size=shape)
-    elif name == "uint8":
+    elif name in ("uint8", "uint16"):
         values = rng.integers(0, 50, size=shape)
     elif name.startswith("int"):
         values = rng.integers(-30, 30, size=shape)

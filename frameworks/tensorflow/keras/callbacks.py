@@ -16,12 +16,16 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     The broadcast happens in ``on_train_begin`` (building the optimizer there if needed); for a model that is
     not built before its first batch it happens after the first batch instead, as Horovod does.
+    ``local_variables`` (a variable or a list) keep each rank's own values, for layers trained locally.
     """
 
-    def __init__(self, root_rank, device="", process_set=global_process_set):
+    def __init__(self, root_rank, device="", local_variables=None, process_set=global_process_set):
         super().__init__()
         self.root_rank = root_rank
         self.process_set = process_set
+        if local_variables is not None and not isinstance(local_variables, (list, tuple)):
+            local_variables = [local_variables]
+        self.local_variables = list(local_variables or [])
         self.broadcast_done = False
 
     def _broadcast(self):
@@ -29,6 +33,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None:
             variables += list(optimizer.variables)
+        local = {id(v) for v in self.local_variables}
+        variables = [v for v in variables if id(v) not in local]
         broadcast_variables(variables, self.root_rank, process_set=self.process_set)
         self.broadcast_done = True
 

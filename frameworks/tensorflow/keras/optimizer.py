@@ -165,6 +165,23 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return distributed
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, scale_local_gradients=True,
+                                local_layers=None):
+    """A ``DistributedOptimizer`` that leaves the gradients of ``local_layers`` (a Keras layer or a list of
+    them) on this rank, scaled by 1/size when ``scale_local_gradients``, as Horovod's does."""
+    from ..gradient_tape import local_layer_variables
+    distributed = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+                                       gradient_predivide_factor, op, backward_passes_per_step,
+                                       average_aggregated_gradients, 0, groups, process_set,
+                                       scale_local_gradients)
+    for variable in local_layer_variables(local_layers):
+        distributed.register_local_var(variable)
+    return distributed
+
+
 def wrap_in_place(optimizer, **kwargs):
     """Makes an existing optimizer distributed without copying it (used by load_model, whose optimizer
     already holds the saved state). ``kwargs`` are DistributedOptimizer's."""
