@@ -16,7 +16,7 @@ from .requests import (Collective, PreparedGroup, PreparedRequest, Request, addr
                        run, submit)
 
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
-_REDUCE_OPS = frozenset((Average, Sum, Min, Max, Product))
+_REDUCE_OPS = frozenset((Average, Sum, Adasum, Min, Max, Product))
 
 # How many int handles are not synchronized yet. They live in a C table (native/python/int_handles.c), filled by
 # _track and by the all-reduces in C.
@@ -37,9 +37,7 @@ def handle_average_backwards_compatibility(op, average):
 
 
 def check_op(op):
-    if op == Adasum:
-        raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet; use Average or Sum.")
-    if op not in (Average, Sum, Min, Max, Product):
+    if op not in _REDUCE_OPS:
         raise ValueError(f"unknown reduce op {op!r}")
     return op
 

@@ -55,7 +55,10 @@ def test_bad_local_input_raises_on_the_rank_that_gave_it():
     assert_raises(ValueError, hvd.allreduce, np.ones(3, dtype=bool), match=["bool", "'flags'"], name="flags")
     assert_raises(TypeError, hvd.allreduce, np.ones(3, dtype=np.complex128), match=["complex128"], name="cplx")
     assert_raises(ValueError, hvd.broadcast, np.ones(3), match=["root rank"], root_rank=99, name="far")
-    assert_raises(NotImplementedError, hvd.allreduce, np.ones(3), match=["Adasum"], op=hvd.Adasum)
+    assert_raises(ValueError, hvd.allreduce, np.ones(3, np.int32), match=["Adasum", "floating-point", "'adasum.ints'"], op=hvd.Adasum, name="adasum.ints")
+    assert_raises(ValueError, hvd.reducescatter, np.ones(4), match=["Adasum", "reducescatter"], op=hvd.Adasum)
+    if hvd.size() & (hvd.size() - 1):
+        assert_raises(ValueError, hvd.allreduce, np.ones(3), match=["Adasum", "power-of-two", "has 3"], op=hvd.Adasum)
     assert_raises(ValueError, hvd.allreduce, np.ones(3), match=["op parameter supersedes average"], op=hvd.Sum, average=True)
     assert_raises(ValueError, hvd.alltoall, np.ones(4), match=["splits"], splits=[1, 1, 1, 1, 1][:hvd.size() + 1])
 

@@ -105,7 +105,8 @@ def test_allreduce_async_in_place_and_scaled_variants(checks):
         got = hvd.allreduce(inputs[rank], average=False, name="deprecated.average")
     checks.close("average=False means Sum", got, reference_reduce(inputs, "Sum"), 1e-6, 1e-6)
     checks.raises("op and average together", ValueError, hvd.allreduce, inputs[rank], average=True, op=hvd.Sum)
-    checks.raises("Adasum is not implemented", NotImplementedError, hvd.allreduce, inputs[rank], op=hvd.Adasum)
+    checks.raises("Adasum of integers", ValueError, hvd.allreduce, inputs[rank].to(torch.int32), op=hvd.Adasum,
+                  match=["Adasum", "floating-point"])
     checks.raises("complex dtype is refused", ValueError, hvd.allreduce, torch.zeros(2, dtype=torch.complex64))
     unnamed = [hvd.allreduce(inputs[rank], op=hvd.Sum) for _ in range(3)]
     for i, u in enumerate(unnamed):

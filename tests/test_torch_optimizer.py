@@ -108,7 +108,6 @@ def test_wrapping_keeps_the_class_and_refuses_bad_arguments(checks):
     checks.raises("duplicate names raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[("w", p) for _, p in named])
     checks.raises("missing names raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=named[:-1])
     checks.raises("names that are not tuples raise ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=[p for _, p in named])
-    checks.raises("Adasum raises NotImplementedError", NotImplementedError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
     checks.raises("wrapping twice raises ValueError", ValueError, hvd.DistributedOptimizer, opt)
     checks.raises("predivide with Sum raises ValueError", ValueError, hvd.DistributedOptimizer, torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Sum, gradient_predivide_factor=2.0)
 

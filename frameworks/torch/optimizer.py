@@ -47,8 +47,6 @@ class _DistributedOptimizer:
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                    groups, sparse_as_dense, process_set):
-        if op == Adasum:
-            raise NotImplementedError("The Adasum reduction is not implemented in hvdlite yet.")
         aops.check_op(op)
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -71,7 +69,8 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._hook_handles = []
         self._lock = threading.Lock()  # hooks may run on autograd's device threads
-        if process_set.included():
+        self._adasum = op == Adasum
+        if process_set.included() and not self._adasum:  # Adasum combines the steps, not the gradients
             self._register_hooks(trainable)
 
     # ------------------------------------------------------------------------------------------ set up
@@ -234,8 +233,9 @@ class _DistributedOptimizer:
 
     def synchronize(self):
         """Waits for every gradient's all-reduce (starting those not started yet) and writes the averaged
-        gradients into ``p.grad``. Call it before clipping, then ``step()`` inside ``skip_synchronize()``."""
-        if not self.process_set.included():
+        gradients into ``p.grad``. Call it before clipping, then ``step()`` inside ``skip_synchronize()``. With
+        Adasum there is nothing to wait for: gradients stay local and ``step()`` combines the steps."""
+        if not self.process_set.included() or self._adasum:
             self._synchronized = True
             return
         for bucket in self._buckets:
@@ -286,6 +286,8 @@ class _DistributedOptimizer:
             self._should_synchronize = True
 
     def step(self, closure=None):
+        if self._adasum:
+            return self._adasum_step(closure)
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
@@ -295,6 +297,27 @@ class _DistributedOptimizer:
                 self.synchronize()
         self._synchronized = False
         return super().step(closure)
+
+    def _adasum_step(self, closure):
+        """Horovod's Adasum optimizer: each rank takes the wrapped optimizer's step on its own gradients, and the
+        ranks' parameter changes are combined by an Adasum all-reduce (fused; coefficients per parameter) and
+        applied to the parameters as they were before the step. Unlike Horovod, which steps each parameter from
+        zero to read off its change, the change is measured, so weight decay and other terms that depend on the
+        parameter itself count too."""
+        params = [p for b in self._buckets for p in b.params]
+        if not self.process_set.included() or self.process_set.size() == 1:
+            return super().step(closure)
+        with torch.no_grad():
+            starts = [p.detach().clone() for p in params]
+        loss = super().step(closure)
+        with torch.no_grad():
+            deltas = [p.detach() - start for p, start in zip(params, starts)]
+            compressed, contexts = zip(*[self._compression.compress(d) for d in deltas]) if deltas else ((), ())
+            reduced = _synchronize_handle(aops.grouped_allreduce_async_(
+                list(compressed), name="DistributedOptimizer.adasum", op=Adasum, process_set=self.process_set))
+            for p, start, r, ctx in zip(params, starts, reduced, contexts):
+                p.copy_(start + self._compression.decompress(r, ctx))
+        return loss
 
     def zero_grad(self, set_to_none=True):
         if any(b.handle is not None or b.ready for b in self._buckets) or any(
@@ -329,7 +352,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             or parameters of the optimizer left unnamed, raise ValueError.
         compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the all-reduces.
         backward_passes_per_step: backward passes accumulated locally before each all-reduce.
-        op: ``Average`` (default) or ``Sum`` (Min/Max/Product too); Adasum raises NotImplementedError.
+        op: ``Average`` (default) or ``Sum`` (Min/Max/Product too); ``Adasum`` combines each rank's optimizer step
+            instead of averaging gradients (a power-of-two number of ranks, as in Horovod).
         gradient_predivide_factor: with Average, divide by this before the sum and by size/factor after.
         num_groups / groups: an int number of groups, or a list of lists of parameters, whose gradients are
             all-reduced together once every member's gradient is ready.

@@ -84,6 +84,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   const size_t element = DataTypeSize(spec.dtype);
   const int64_t total = batch.total_bytes / static_cast<int64_t>(element);
   AllreduceAlgorithm &algorithm = Choose(batch.total_bytes, global_set);
+  const bool adasum = spec.op == ReduceOp::kAdasum;  // combines tensor by tensor: always through the buffer
 
   auto failed = [&](const std::string &error) {
     return "all-reduce of '" + spec.name + "'" +
@@ -92,7 +93,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   };
 
   // One tensor that this rank holds: reduce in its output directly, no fusion-buffer copies.
-  if (batch.parts.size() == 1 && locals[0]) {
+  if (batch.parts.size() == 1 && locals[0] && !adasum) {
     Entry &e = *locals[0];
     auto start = Clock::now();
     std::string error;
@@ -111,7 +112,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
 
   // A fused batch, every tensor held here and no prescale: reduce the tensors where they are.
   const bool all_local = std::find(locals.begin(), locals.end(), nullptr) == locals.end();
-  if (algorithm.takes_pieces() && all_local && (spec.prescale == 1.0)) {
+  if (algorithm.takes_pieces() && all_local && spec.prescale == 1.0 && !adasum) {
     pieces_.clear();
     for (size_t i = 0; i < batch.parts.size(); ++i) {
       const int64_t bytes = batch.parts[i]->Elements() * static_cast<int64_t>(element);
@@ -142,8 +143,15 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
   Record(locals, "MEMCPY_IN_FUSION_BUFFER", start);
 
   start = Clock::now();
-  std::string error = algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
-  Record(locals, algorithm.timeline_phase(), start);
+  std::string error;
+  if (adasum) {
+    tensor_counts_.clear();
+    for (const Response *part : batch.parts) tensor_counts_.push_back(part->Elements());
+    error = adasum_.Run(ctx, buffer, tensor_counts_, spec.dtype);
+  } else {
+    error = algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
+  }
+  Record(locals, adasum ? "ADASUM_ALLREDUCE" : algorithm.timeline_phase(), start);
   if (!error.empty()) return failed(error);
 
   start = Clock::now();

@@ -5,6 +5,7 @@
 #pragma once
 #include <vector>
 
+#include "algorithms/adasum_allreduce.h"
 #include "algorithms/direct_allreduce.h"
 #include "algorithms/hierarchical_allreduce.h"
 #include "algorithms/mpi_allreduce.h"
@@ -59,6 +60,8 @@ class CollectiveExecutor {
   MpiAllreduce mpi_;
   DirectAllreduce direct_;
   HierarchicalAllreduce hierarchical_;  // uses direct_ and ring_ within each host
+  AdasumAllreduce adasum_;
+  std::vector<int64_t> tensor_counts_;  // an Adasum batch's tensor sizes, reused
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
   std::vector<BufferPiece> pieces_;     // a batch reduced where its tensors are, reused
   std::vector<uint8_t> scratch_;

@@ -31,7 +31,7 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
     const Request &spec = response.spec;
     const int64_t count = response.Elements();
     const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(spec.dtype));
-    if (spec.collective != Collective::kAllreduce || offset + bytes > max_bytes) {
+    if (spec.collective != Collective::kAllreduce || spec.op == ReduceOp::kAdasum || offset + bytes > max_bytes) {
       // A predicted collective must go the normal way: the small ones ride its batch for free, while
       // their bytes in the negotiation would only slow it down. Eager is for rounds it can finish alone.
       ClearSlots();

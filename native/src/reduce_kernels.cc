@@ -106,7 +106,7 @@ void ReduceTyped(void *dst, const void *a, const void *b, int64_t count, ReduceO
     case ReduceOp::kMin: Combine(d, x, y, count, [](T p, T q) { return std::min(p, q); }); break;
     case ReduceOp::kMax: Combine(d, x, y, count, [](T p, T q) { return std::max(p, q); }); break;
     case ReduceOp::kProduct: Combine(d, x, y, count, [](T p, T q) { return static_cast<T>(p * q); }); break;
-    case ReduceOp::kAdasum: break;  // rejected during negotiation
+    case ReduceOp::kAdasum: break;  // combined tensor by tensor by AdasumAllreduce, never here
   }
 }
 

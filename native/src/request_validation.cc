@@ -53,7 +53,17 @@ std::string CheckLocalRequest(const Request &r, int32_t set_size) {
              "' (bool is supported by allgather, broadcast and alltoall)";
     }
     if (r.op == ReduceOp::kAdasum) {
-      return "Adasum is not implemented in hvdlite (tensor '" + r.name + "')";
+      if (r.collective != Collective::kAllreduce) {
+        return "Adasum is an all-reduce op; tensor '" + r.name + "' asked it of " + CollectiveName(r.collective);
+      }
+      if (!IsFloatingPoint(r.dtype)) {
+        return "Adasum reduces floating-point tensors only; tensor '" + r.name + "' has dtype " +
+               DataTypeName(r.dtype);
+      }
+      if (set_size & (set_size - 1)) {
+        return "Adasum needs a power-of-two number of ranks (as in Horovod); the process set of tensor '" + r.name +
+               "' has " + std::to_string(set_size);
+      }
     }
     if (static_cast<int32_t>(r.op) < 0 || static_cast<int32_t>(r.op) > HVDLITE_OP_PRODUCT) {
       return "Unknown reduce op " + std::to_string(static_cast<int32_t>(r.op)) + " for tensor '" + r.name + "'";

@@ -76,3 +76,20 @@ def check_close(name, got, expected, dtype_name, what):
         ok = np.array_equal(got64, expected)
     if not ok:
         raise AssertionError(f"{what} {name} ({dtype_name}): got {got64.ravel()[:8]} expected {expected.ravel()[:8]}")
+
+
+def adasum_reference(per_rank):
+    """Adasum of the ranks' inputs in float64, combined pairwise as the recursive halving does it: rank pairs
+    (0, 1), (2, 3), ... first, then pairs of pairs. ``per_rank[r]`` is rank r's array (or list of arrays, each
+    combined with its own coefficients)."""
+    def combine(a, b):
+        dot, aa, bb = float(np.vdot(a, b)), float(np.vdot(a, a)), float(np.vdot(b, b))
+        a_coefficient = 1.0 - dot / aa * 0.5 if aa >= 1e-8 else 1.0
+        b_coefficient = 1.0 - dot / bb * 0.5 if bb >= 1e-8 else 1.0
+        return a_coefficient * a + b_coefficient * b
+    from harness.checks import as_float64
+    single = not isinstance(per_rank[0], (list, tuple))
+    level = [[as_float64(x) for x in ([tensors] if single else tensors)] for tensors in per_rank]
+    while len(level) > 1:
+        level = [[combine(a, b) for a, b in zip(level[i], level[i + 1])] for i in range(0, len(level), 2)]
+    return level[0][0] if single else level[0]
