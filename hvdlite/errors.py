@@ -7,3 +7,13 @@ class HvdliteError(RuntimeError):
 
 # Horovod scripts catch this name.
 HorovodInternalError = HvdliteError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised at ``state.commit()`` or ``state.check_host_updates()`` on every rank when the launcher found new
+    hosts: the job stops at that commit and starts again larger, without rolling back. ``skip_sync`` is
+    Horovod's flag (True when only hosts were added, so no state needs to be re-synchronised)."""
+
+    def __init__(self, skip_sync=True):
+        super().__init__("the launcher found new hosts; the job restarts on them from this commit")
+        self.skip_sync = skip_sync

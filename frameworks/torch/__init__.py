@@ -22,5 +22,6 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgat
                       grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async,
                       handle_average_backwards_compatibility, join, poll, reducescatter, reducescatter_async,
                       sparse_allreduce_async, synchronize)
+from . import elastic  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401

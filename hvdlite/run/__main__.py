@@ -6,6 +6,7 @@ import sys
 from . import binding
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
+from .elastic import Supervisor
 from .hosts import rank_placement
 from .job import new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
@@ -49,10 +50,15 @@ def main(argv=None):
     env = job_environment(args, os.environ)
     forward = sorted(n for n in os.environ if n.startswith(_FORWARDED_PREFIXES)) if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
-    placement = binding.plan(args.bind_to, args.num_proc, hosts, binding.allowed_cpus())
-    argv = build_command(flavour, mpiexec, args.num_proc, program, env=env, hosts=args.hosts,
-                         hostfile=args.hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
-                         binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec)
+
+    def command_for(chosen_hosts, num_proc, hostfile=None):
+        placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
+        return build_command(flavour, mpiexec, num_proc, program, env=env, hosts=None if hostfile else chosen_hosts,
+                             hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
+                             binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec)
+    if args.host_discovery_script:
+        return Supervisor(args, command_for, dict(os.environ, **env), _log).run()
+    argv = command_for(args.hosts, args.num_proc, args.hostfile)
     if args.verbose or args.dry_run:
         out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
         print(shlex.join(argv), file=out, flush=True)
@@ -67,6 +73,8 @@ def main(argv=None):
         if problems:
             _log("not starting the job (--no-host-check skips this check)")
             return 2
+    if args.max_restarts:
+        return Supervisor(args, lambda _hosts, _num_proc: argv, dict(os.environ, **env), _log).run()
     return run_job(argv, dict(os.environ, **env), new_job_id(), log=_log if args.verbose else None)
 
 

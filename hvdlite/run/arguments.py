@@ -6,7 +6,8 @@ from . import binding
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
-         "[--bind-to auto|cpus|none] [tuning flags] [--verbose] [--dry-run] COMMAND ...")
+         "[--bind-to auto|cpus|none] [--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] "
+         "[tuning flags] [--verbose] [--dry-run] COMMAND ...")
 
 
 def _add_tuning_flags(parser):
@@ -25,10 +26,32 @@ def _add_tuning_flags(parser):
             group.add_argument(setting.flag, dest=dest, metavar=unit, help=help_text)
 
 
+def _add_restart_flags(parser):
+    group = parser.add_argument_group("restarts and elastic training (the ranks resume from their last commit: "
+                                      "hvdlite.elastic)")
+    group.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                       help="start the job again, on the same hosts and as many ranks, up to N times after it fails")
+    group.add_argument("--host-discovery-script", metavar="SCRIPT",
+                       help="elastic: a program printing the available hosts, one 'host:slots' (or 'host') per "
+                            "line; the job runs on what it lists and restarts when hosts fail or are added")
+    group.add_argument("--min-np", type=int, metavar="N", help="elastic: fewest ranks to run with (default: -np)")
+    group.add_argument("--max-np", type=int, metavar="N", help="elastic: most ranks to run with (default: all slots)")
+    group.add_argument("--slots-per-host", type=int, default=1, metavar="N",
+                       help="elastic: slots of a host the discovery script lists without a count (default 1)")
+    group.add_argument("--elastic-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="elastic: how long to wait for --min-np slots before giving up (default 600)")
+    group.add_argument("--reset-limit", type=int, metavar="N",
+                       help="elastic: most restarts of the job, whatever their cause (default: no limit)")
+    group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                       help="elastic: a failed host is left out for a random time between LOW and HIGH seconds "
+                            "(default: for the rest of the job)")
+
+
 def make_parser():
     parser = argparse.ArgumentParser(prog="hvdliterun", usage=USAGE,
                                      description="Run a data-parallel job through the MPI library's mpiexec.")
-    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int, required=True, help="number of processes")
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int,
+                        help="number of processes (elastic: the least to start with, unless --min-np says)")
     hosts = parser.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. a:2,b:2 (default: this host)")
     hosts.add_argument("--hostfile", dest="hostfile", help="file of 'host slots=N' or 'host:N' lines")
@@ -46,6 +69,7 @@ def make_parser():
     parser.add_argument("--no-abort-on-exception", dest="abort_on_exception", action="store_false",
                         help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
                              "when one rank raises)")
+    _add_restart_flags(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="print the mpiexec command before running it")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command and exit")
     _add_tuning_flags(parser)
@@ -57,8 +81,19 @@ def parse_args(argv=None):
     """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile) and .tuning_env (HVDLITE_* -> value)."""
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.host_discovery_script:
+        if args.hosts or args.hostfile:
+            parser.error("--host-discovery-script chooses the hosts: drop -H/--hostfile")
+        args.min_np = args.min_np or args.num_proc or 1
+        args.num_proc = args.num_proc or args.min_np
+        if args.max_np is not None and args.max_np < args.min_np:
+            parser.error("--max-np must be at least --min-np")
+    elif args.num_proc is None:
+        parser.error("-np is required (or --host-discovery-script for an elastic job)")
     if args.num_proc < 1:
         parser.error("-np must be at least 1")
+    if args.max_restarts < 0:
+        parser.error("--max-restarts must be at least 0")
     if not args.command:
         parser.error("no command given, e.g. hvdliterun -np 2 python train.py")
     try:

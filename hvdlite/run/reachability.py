@@ -51,10 +51,15 @@ def _problem(host, launcher_exec, timeout):
 
 def unreachable_hosts(names, launcher_exec=None, timeout=CHECK_SECONDS):
     """[problem text] for every host other than this one that does not resolve or that the launcher cannot reach."""
+    return list(host_problems(names, launcher_exec, timeout).values())
+
+
+def host_problems(names, launcher_exec=None, timeout=CHECK_SECONDS):
+    """{host: problem text} for the hosts other than this one that do not resolve or answer through the launcher."""
     local = this_host_names()
     remote = [name for name in dict.fromkeys(names) if not is_this_host(name, local)]
     if not remote:
-        return []
+        return {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
         problems = pool.map(lambda host: _problem(host, launcher_exec, timeout), remote)
-    return [problem for problem in problems if problem]
+    return {host: problem for host, problem in zip(remote, problems) if problem}

@@ -1,0 +1,100 @@
+"""Committed states on each host's local disk, and agreeing on the newest one when a job starts again.
+
+Every host keeps the commits of the job in one directory (HVDLITE_ELASTIC_COMMIT_DIR, default
+``<tmp>/hvdlite-elastic-<job>``): its first rank writes each commit as ``commit-<sequence>.pkl`` by writing a
+temporary file, fsyncing it and renaming it over the name, so a reader sees a whole commit or none, and removes
+the older ones. Any host's copy is enough to resume: losing a host, rank 0's included, loses nothing committed.
+"""
+import glob
+import os
+import pickle
+import shutil
+import tempfile
+
+import numpy as np
+
+from hvdlite import basics, ops
+from hvdlite.process_sets import global_process_set
+
+DIRECTORY_VARIABLE = "HVDLITE_ELASTIC_COMMIT_DIR"
+JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"  # set by hvdliterun, the same on every restart of one job
+KEEP = 2  # the newest commits kept per host: the last whole one survives a crash while the next is written
+
+
+def directory(environ=os.environ):
+    """This job's commit directory on this host."""
+    if environ.get(DIRECTORY_VARIABLE):
+        return environ[DIRECTORY_VARIABLE]
+    job = environ.get(JOB_VARIABLE) or f"pid{os.getppid()}"
+    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
+
+
+def writes_here():
+    """Whether this rank writes its host's copy (one writer per host: the ranks of a host hold the same state)."""
+    return basics.local_rank() == 0
+
+
+def write(sequence, payload):
+    """Stores commit ``sequence`` (a picklable object) atomically; returns its path."""
+    folder = directory()
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".commit-", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            pickle.dump(payload, stream, protocol=pickle.HIGHEST_PROTOCOL)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, final)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+    _sync_directory(folder)
+    for older in sorted(_commit_files(folder))[:-KEEP]:
+        os.unlink(older)
+    return final
+
+
+def _sync_directory(folder):
+    """Makes the rename itself durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _commit_files(folder):
+    return glob.glob(os.path.join(folder, "commit-*.pkl"))
+
+
+def newest_here():
+    """(sequence, path) of this host's newest commit, or (-1, None)."""
+    files = sorted(_commit_files(directory()))
+    if not files:
+        return -1, None
+    path = files[-1]
+    return int(os.path.basename(path)[len("commit-"):-len(".pkl")]), path
+
+
+def agree_and_load():
+    """On every rank: the newest commit any host holds, read by one rank that holds it and broadcast to all, as
+    (sequence, payload); (-1, None) when no host has one."""
+    sequence, path = newest_here() if writes_here() else (-1, None)
+    newest = int(ops.allreduce(np.array([sequence], np.int64), op=ops.Max, name="elastic.newest_commit")[0])
+    if newest < 0:
+        return -1, None
+    holder = basics.rank() if sequence == newest else basics.size()
+    root = int(ops.allreduce(np.array([holder], np.int64), op=ops.Min, name="elastic.commit_holder")[0])
+    data = None
+    if basics.rank() == root:
+        with open(path, "rb") as stream:
+            data = stream.read()  # sent as it is on disk, unpickled once on every rank
+    data = ops.broadcast_object(data, root_rank=root, name="elastic.commit", process_set=global_process_set)
+    return newest, pickle.loads(data)
+
+
+def remove():
+    """Deletes this host's commits (a finished job cleans up after itself)."""
+    shutil.rmtree(directory(), ignore_errors=True)
