@@ -14,6 +14,7 @@ from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                   remove_process_set)
 
+from . import elastic  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import (allgather_object, broadcast_, broadcast_global_variables, broadcast_object,  # noqa: F401
                         broadcast_object_fn, broadcast_variables)

@@ -3,12 +3,16 @@
 Every host keeps the commits of the job in one directory (HVDLITE_ELASTIC_COMMIT_DIR, default
 ``<tmp>/hvdlite-elastic-<job>``): its first rank writes each commit as ``commit-<sequence>.pkl`` by writing a
 temporary file, fsyncing it and renaming it over the name, so a reader sees a whole commit or none, and removes
-the older ones. Any host's copy is enough to resume: losing a host, rank 0's included, loses nothing committed.
+all but the newest two. A commit starts with a magic and the SHA-256 of its pickle: one damaged on disk is
+skipped for the one before it. Any host's copy is enough to resume: losing a host, rank 0's included, loses
+nothing committed.
 """
 import glob
+import hashlib
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -18,7 +22,8 @@ from hvdlite.process_sets import global_process_set
 
 DIRECTORY_VARIABLE = "HVDLITE_ELASTIC_COMMIT_DIR"
 JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"  # set by hvdliterun, the same on every restart of one job
-KEEP = 2  # the newest commits kept per host: the last whole one survives a crash while the next is written
+KEEP = 2  # the newest commits kept per host: one to fall back to if the newest is damaged
+MAGIC = b"HVDLCMT1"
 
 
 def directory(environ=os.environ):
@@ -41,8 +46,10 @@ def write(sequence, payload):
     final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".commit-", suffix=".partial")
     try:
+        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         with os.fdopen(handle, "wb") as stream:
-            pickle.dump(payload, stream, protocol=pickle.HIGHEST_PROTOCOL)
+            stream.write(MAGIC + hashlib.sha256(data).digest())
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, final)
@@ -69,29 +76,44 @@ def _commit_files(folder):
     return glob.glob(os.path.join(folder, "commit-*.pkl"))
 
 
+def read_verified(path):
+    """The pickle bytes of a commit file, or None when it is damaged (wrong magic, checksum or length)."""
+    try:
+        with open(path, "rb") as stream:
+            content = stream.read()
+    except OSError:
+        return None
+    header = len(MAGIC) + 32
+    if len(content) < header or not content.startswith(MAGIC):
+        return None
+    data = content[header:]
+    return data if hashlib.sha256(data).digest() == content[len(MAGIC):header] else None
+
+
 def newest_here():
-    """(sequence, path) of this host's newest commit, or (-1, None)."""
-    files = sorted(_commit_files(directory()))
-    if not files:
-        return -1, None
-    path = files[-1]
-    return int(os.path.basename(path)[len("commit-"):-len(".pkl")]), path
+    """(sequence, pickle bytes) of this host's newest intact commit, or (-1, None); damaged ones are reported and
+    skipped."""
+    for path in sorted(_commit_files(directory()), reverse=True):
+        data = read_verified(path)
+        if data is not None:
+            return int(os.path.basename(path)[len("commit-"):-len(".pkl")]), data
+        print(f"[hvdlite rank {basics.rank()}] elastic: commit {path} is damaged; using an older one",
+              file=sys.stderr, flush=True)
+    return -1, None
 
 
 def agree_and_load():
     """On every rank: the newest commit any host holds, read by one rank that holds it and broadcast to all, as
     (sequence, payload); (-1, None) when no host has one."""
-    sequence, path = newest_here() if writes_here() else (-1, None)
+    sequence, data = newest_here() if writes_here() else (-1, None)
     newest = int(ops.allreduce(np.array([sequence], np.int64), op=ops.Max, name="elastic.newest_commit")[0])
     if newest < 0:
         return -1, None
     holder = basics.rank() if sequence == newest else basics.size()
     root = int(ops.allreduce(np.array([holder], np.int64), op=ops.Min, name="elastic.commit_holder")[0])
-    data = None
-    if basics.rank() == root:
-        with open(path, "rb") as stream:
-            data = stream.read()  # sent as it is on disk, unpickled once on every rank
-    data = ops.broadcast_object(data, root_rank=root, name="elastic.commit", process_set=global_process_set)
+    # The pickle goes as it is on disk, unpickled once on every rank.
+    data = ops.broadcast_object(data if basics.rank() == root else None, root_rank=root, name="elastic.commit",
+                                process_set=global_process_set)
     return newest, pickle.loads(data)
 
 

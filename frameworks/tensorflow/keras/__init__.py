@@ -18,7 +18,7 @@ from ..compression import Compression  # noqa: F401
 from ..functions import (allgather_object, broadcast_, broadcast_global_variables, broadcast_object,  # noqa: F401
                          broadcast_variables)
 from ..sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from . import callbacks  # noqa: F401
+from . import callbacks, elastic  # noqa: F401
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from .saving import load_model  # noqa: F401
 
