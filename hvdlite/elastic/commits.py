@@ -12,6 +12,7 @@ import hashlib
 import os
 import pickle
 import shutil
+import socket
 import sys
 import tempfile
 
@@ -27,9 +28,10 @@ MAGIC = b"HVDLCMT1"
 
 
 def directory(environ=os.environ):
-    """This job's commit directory on this host."""
+    """This job's commit directory on this host. In HVDLITE_ELASTIC_COMMIT_DIR, ``{host}`` stands for this host's
+    name (hosts that share a file system then keep separate copies)."""
     if environ.get(DIRECTORY_VARIABLE):
-        return environ[DIRECTORY_VARIABLE]
+        return environ[DIRECTORY_VARIABLE].replace("{host}", socket.gethostname())
     job = environ.get(JOB_VARIABLE) or f"pid{os.getppid()}"
     return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
 

@@ -17,19 +17,42 @@ import uuid
 JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
 OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
-# host:pid:start time of this launcher, for the ranks on its host. A rank whose peer vanished without closing its
-# connections (progress_watchdog.h) sends it SIGUSR1 before it exits: mpiexec itself would wait forever for the
-# unreachable host's proxy.
+# host:pid:start time:port of this launcher. A rank whose peer vanished without closing its connections
+# (progress_watchdog.h) tells it before it exits, by SIGUSR1 on this host and by a line to the port from any other:
+# mpiexec itself would wait forever for the unreachable host's proxy.
 LAUNCHER_VARIABLE = "HVDLITE_LAUNCHER"
 UNREACHABLE_SIGNAL = signal.SIGUSR1
 
 
-def launcher_identity():
-    """'host:pid:start time' of this process (its start time in clock ticks, /proc/PID/stat field 22), which a
-    rank checks before it signals, so that a reused pid never receives it."""
+def launcher_identity(port):
+    """'host:pid:start time:port' of this process (its start time in clock ticks, /proc/PID/stat field 22, which a
+    rank checks before it signals, so that a reused pid never receives it)."""
     with open("/proc/self/stat", "rb") as stream:
         start_time = stream.read().rsplit(b")", 1)[1].split()[19].decode()
-    return f"{socket.gethostname()}:{os.getpid()}:{start_time}"
+    return f"{socket.gethostname()}:{os.getpid()}:{start_time}:{port}"
+
+
+def listen_for_ranks(on_message):
+    """A TCP port on which ranks of other hosts report an unreachable peer; calls on_message() for each report.
+    Returns (port, close)."""
+    server = socket.create_server(("", 0))
+
+    def serve():
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                connection.settimeout(2.0)
+                try:
+                    said = connection.recv(64)
+                except OSError:
+                    continue
+            if said.startswith(b"peer unreachable"):
+                on_message()
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1], server.close
 
 
 def new_job_id():
@@ -89,10 +112,11 @@ def _end_with_parent():
 
 def run_job(argv, env, job_id, log=None):
     """Runs argv with env (JOB_MARKER added) to the end and returns the exit code to exit with."""
-    env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity()})
+    received = []
+    port, stop_listening = listen_for_ranks(lambda: peer_unreachable(None, None))
+    env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity(port)})
     # Own session: a Ctrl-C in the terminal reaches only us, and we forward it exactly once.
     process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_end_with_parent)
-    received = []
 
     def end_job(why=None):
         if process.poll() is None:
@@ -131,6 +155,7 @@ def run_job(argv, env, job_id, log=None):
     try:
         returncode = process.wait()
     finally:
+        stop_listening()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     # A rank may still be exiting (or hydra left one behind): give it a moment, then make sure.

@@ -1,6 +1,10 @@
 #include "progress_watchdog.h"
 
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace hvdlite {
 
@@ -21,16 +26,45 @@ ProgressWatchdog &ProgressWatchdog::Get() {
 
 namespace {
 
-// hvdliterun on this host (HVDLITE_LAUNCHER=host:pid:start time): mpiexec would wait forever for the proxy of an
-// unreachable host, so the launcher ends the job itself when told. The start time guards against a reused pid.
+// Sends one line to host:port, giving up after a couple of seconds (the launcher may be gone too).
+void SendLine(const std::string &host, const std::string &port, const char *line) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return;
+  for (addrinfo *a = found; a; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    bool sent = false;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof error;
+      if (poll(&p, 1, 2000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) {
+        sent = send(fd, line, std::strlen(line), MSG_NOSIGNAL) > 0;
+      }
+    }
+    close(fd);
+    if (sent) break;
+  }
+  freeaddrinfo(found);
+}
+
+// hvdliterun (HVDLITE_LAUNCHER=host:pid:start time:port): mpiexec would wait forever for the proxy of an
+// unreachable host, so the launcher ends the job itself when told: by SIGUSR1 on its own host (the start time
+// guards against a reused pid), over TCP from any other.
 void TellTheLauncher() {
   const char *launcher = std::getenv("HVDLITE_LAUNCHER");
   char host[256] = {0};
   if (!launcher || gethostname(host, sizeof host - 1) != 0) return;
-  std::string text(launcher);
-  const size_t first = text.find(':'), second = text.rfind(':');
-  if (first == std::string::npos || first == second || text.substr(0, first) != host) return;
-  const std::string pid = text.substr(first + 1, second - first - 1), start_time = text.substr(second + 1);
+  std::vector<std::string> parts;
+  std::istringstream fields_of(launcher);
+  for (std::string part; std::getline(fields_of, part, ':');) parts.push_back(part);
+  if (parts.size() < 3) return;
+  if (parts[0] != host) {
+    if (parts.size() >= 4) SendLine(parts[0], parts[3], "peer unreachable\n");
+    return;
+  }
+  const std::string pid = parts[1], start_time = parts[2];
   std::ifstream stat("/proc/" + pid + "/stat");
   std::string line;
   if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) return;
