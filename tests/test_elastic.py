@@ -57,12 +57,14 @@ def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, unin
     assert commit_folders() == before, "the finished job left its commits behind"
 
 
-def test_keras_fit_with_the_elastic_callbacks_resumes_bitwise_equal(tmp_path):
+@pytest.mark.parametrize("loop", ["model.fit", "custom loop"])
+def test_keras_and_a_tensorflow_custom_loop_resume_bitwise_equal(tmp_path, loop):
     env = dict(TF_QUIET)
-    code, output, clean, _ = train(tmp_path, "keras_train.py", "clean", ["-np", 2], env=env)
+    mode = ["--custom-loop"] if loop == "custom loop" else []
+    code, output, clean, _ = train(tmp_path, "keras_train.py", "clean", ["-np", 2], mode, env=env)
     assert code == 0 and clean, output[-4000:]
     code, output, killed, resumed = train(tmp_path, "keras_train.py", "killed", ["-np", 2, "--max-restarts", 1],
-                                          ["--kill-at", 10, "--commit-every", 1], env=env)
+                                          ["--kill-at", 10, "--commit-every", 1, *mode], env=env)
     assert code == 0, output[-4000:]
     assert sorted(resumed) == [(0, 0, 0, 0), (0, 1, 0, 0), (1, 0, 0, 10), (1, 1, 0, 10)], resumed
     assert killed == clean, "final weights differ from the uninterrupted run's"
