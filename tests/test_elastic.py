@@ -124,6 +124,7 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
         state.step = step
         state.weights = state.weights + 1
         state.commit()
+    commits.flush()  # fsynced, and older commits removed, in the background
     files = sorted(tmp_path.glob("commit-*.pkl"))
     assert [f.name for f in files] == ["commit-000000000002.pkl", "commit-000000000003.pkl"]  # two kept
     sequence, payload = commits.agree_and_load()

@@ -1,0 +1,94 @@
+"""What an elastic commit costs a training loop: a training step of a model (forward, backward, the
+DistributedOptimizer's all-reduce and update) against the same step followed by ``state.commit()`` of its
+TorchState (model and SGD-momentum state copied, pickled, written and renamed on each host, fsynced in the
+background), timed in interleaved rounds on 2 ranks, for models from 0.1 to 100 MB of parameters. The figure is
+the time a commit adds to a step, as a fraction of the step.
+
+    python bench/elastic_commit.py [--quick] [--json out.json] [--plot [out.png]]
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+common.relaunch_under_mpiexec(2)
+
+import torch  # noqa: E402
+
+import hvdlite.torch as hvd  # noqa: E402
+
+BATCH = 32
+
+
+def model_of(megabytes):
+    """An MLP of about `megabytes` MB of float32 parameters (two square layers and a small head)."""
+    width = int((megabytes * 2**20 / 4 / 2) ** 0.5)
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                               torch.nn.ReLU(), torch.nn.Linear(width, 10)), width
+
+
+def measure(megabytes, repeats, budget):
+    torch.manual_seed(0)
+    model, width = model_of(megabytes)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                         named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
+    x, y = torch.randn(BATCH, width), torch.randint(0, 10, (BATCH,))
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    def step_and_commit():
+        step()
+        state.commit()
+
+    step()  # the optimizer's state exists before the first commit
+    rounds = common.interleaved({"step": step, "step+commit": step_and_commit}, repeats, budget)
+    parameters = sum(p.numel() for p in model.parameters())
+    added = [c - s for c, s in zip(rounds["step+commit"], rounds["step"])]
+    return {"state_mb": 2 * parameters * 4 / 2**20, "step_ms": 1e3 * common.median(rounds["step"]),
+            "commit_ms": 1e3 * common.median(added),
+            "commit_per_step": common.median_ratio(rounds["step+commit"], rounds["step"]) - 1.0}
+
+
+def plot(path, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    sizes = [r["state_mb"] for r in rows]
+    ax.loglog(sizes, [max(r["commit_ms"], 1e-3) for r in rows], "o-", label="added by state.commit()")
+    ax.loglog(sizes, [r["step_ms"] for r in rows], "s-", label="one training step")
+    ax.set_xlabel("committed state (parameters + momentum), MB")
+    ax.set_ylabel("ms (median, 2 ranks)")
+    ax.set_title("Elastic commit vs training step")
+    ax.legend()
+    common.save_figure(fig, path)
+
+
+def main():
+    parser = common.base_arguments("elastic commit cost", "elastic_commit")
+    args = parser.parse_args()
+    sizes = [0.1, 1, 10] if args.quick else [0.1, 1, 10, 100]
+    hvd.init()
+    torch.set_num_threads(1)
+    os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-bench-commit-"))
+    rows = []
+    common.say(f"{'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12}  (commit: time added to a step)")
+    for megabytes in sizes:
+        row = measure(megabytes, 3 if args.quick else args.repeats, args.budget)
+        rows.append(row)
+        common.say(f"{row['state_mb']:9.1f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
+                   f"{row['commit_per_step']:12.2f}")
+    common.write_json(args.json, {"machine": common.machine_info(), "repeats": args.repeats, "rows": rows,
+                                  "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]})
+    if args.plot and common.rank() == 0:
+        plot(args.plot, rows)
+
+
+if __name__ == "__main__":
+    main()
