@@ -140,3 +140,24 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
     fresh = ObjectState(step=-1, weights=None)
     fresh.resume(*commits.agree_and_load())
     assert fresh.step == 2 and np.array_equal(fresh.weights, np.arange(4.0) + 2)
+
+
+def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):
+    """The launcher's pure parts: the discovery script's lines and a blacklisted host's return."""
+    from hvdlite.run import elastic
+    script = tmp_path / "hosts.sh"
+    script.write_text("echo 'a:4'\necho '# a comment'\necho 'b'\necho ''\necho 'c:2'\n")
+    hosts = elastic.discover(f"sh {script}", slots_per_host=3)
+    assert [(h.name, h.slots) for h in hosts] == [("a", 4), ("b", 3), ("c", 2)]
+    with pytest.raises(RuntimeError, match="exit code 7"):
+        elastic.discover("echo broken >&2; exit 7", 1)
+    assert elastic.Supervisor._fill(hosts, 6) == ([elastic.Host("a", 4), elastic.Host("b", 2)], 6)
+    now = [100.0]
+    monkeypatch.setattr(elastic.time, "monotonic", lambda: now[0])
+    cooling = elastic.Blacklist(cooldown_range=(10, 20))
+    cooling.add("a")
+    forever = elastic.Blacklist()
+    forever.add("a")
+    assert cooling.excludes("a") and forever.excludes("a") and not cooling.excludes("b")
+    now[0] += 21
+    assert not cooling.excludes("a") and forever.excludes("a")
