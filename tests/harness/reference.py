@@ -78,6 +78,13 @@ def check_close(name, got, expected, dtype_name, what):
         raise AssertionError(f"{what} {name} ({dtype_name}): got {got64.ravel()[:8]} expected {expected.ravel()[:8]}")
 
 
+def adasum_inputs(size, seed, shape, dtype=np.float64):
+    """Every rank's input for an Adasum test: random directions, odd ranks' correlated with a common one, so that
+    the coefficients differ from 1."""
+    base = np.random.RandomState(seed).randn(*shape)
+    return [(np.random.RandomState(seed + 1 + r).randn(*shape) + (r % 2) * base).astype(dtype) for r in range(size)]
+
+
 def adasum_reference(per_rank):
     """Adasum of the ranks' inputs in float64, combined pairwise as the recursive halving does it: rank pairs
     (0, 1), (2, 3), ... first, then pairs of pairs. ``per_rank[r]`` is rank r's array (or list of arrays, each
