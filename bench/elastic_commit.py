@@ -1,8 +1,9 @@
 """What an elastic commit costs a training loop: a training step of a model (forward, backward, the
 DistributedOptimizer's all-reduce and update) against the same step followed by ``state.commit()`` of its
 TorchState (model and SGD-momentum state copied, pickled, written and renamed on each host, fsynced in the
-background), timed in interleaved rounds on 2 ranks, for models from 0.1 to 100 MB of parameters. The figure is
-the time a commit adds to a step, as a fraction of the step.
+background), timed in interleaved rounds on 2 ranks, for MLPs from 0.1 to 100 MB of parameters (little computation per parameter:
+the hardest case for a commit) and small CNNs on 32x32 images (much more). The figure is the time a commit adds
+to a step, as a fraction of the step.
 
     python bench/elastic_commit.py [--quick] [--json out.json] [--plot [out.png]]
 """
@@ -29,13 +30,26 @@ def model_of(megabytes):
                                torch.nn.ReLU(), torch.nn.Linear(width, 10)), width
 
 
-def measure(megabytes, repeats, budget):
+def cnn_of(width):
+    """A small CNN on 32x32x3 images: three 3x3 convolutions of `width` channels, pooled, and a linear head."""
+    layers = [torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+              torch.nn.Conv2d(width, 2 * width, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+              torch.nn.Conv2d(2 * width, 4 * width, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+              torch.nn.Flatten(), torch.nn.Linear(4 * width, 10)]
+    return torch.nn.Sequential(*layers)
+
+
+def measure(kind, size, repeats, budget):
     torch.manual_seed(0)
-    model, width = model_of(megabytes)
+    if kind == "mlp":
+        model, width = model_of(size)
+        x = torch.randn(BATCH, width)
+    else:
+        model, x = cnn_of(size), torch.randn(BATCH, 3, 32, 32)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                          named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
-    x, y = torch.randn(BATCH, width), torch.randint(0, 10, (BATCH,))
+    y = torch.randint(0, 10, (BATCH,))
 
     def step():
         optimizer.zero_grad()
@@ -50,7 +64,8 @@ def measure(megabytes, repeats, budget):
     rounds = common.interleaved({"step": step, "step+commit": step_and_commit}, repeats, budget)
     parameters = sum(p.numel() for p in model.parameters())
     added = [c - s for c, s in zip(rounds["step+commit"], rounds["step"])]
-    return {"state_mb": 2 * parameters * 4 / 2**20, "step_ms": 1e3 * common.median(rounds["step"]),
+    return {"model": f"{kind} {size}", "state_mb": 2 * parameters * 4 / 2**20,
+            "step_ms": 1e3 * common.median(rounds["step"]),
             "commit_ms": 1e3 * common.median(added),
             "commit_per_step": common.median_ratio(rounds["step+commit"], rounds["step"]) - 1.0}
 
@@ -60,9 +75,12 @@ def plot(path, rows):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    sizes = [r["state_mb"] for r in rows]
-    ax.loglog(sizes, [max(r["commit_ms"], 1e-3) for r in rows], "o-", label="added by state.commit()")
-    ax.loglog(sizes, [r["step_ms"] for r in rows], "s-", label="one training step")
+    for kind, marker in (("mlp", "o"), ("cnn", "s")):
+        mine = [r for r in rows if r["model"].startswith(kind)]
+        ax.loglog([r["state_mb"] for r in mine], [max(r["commit_ms"], 1e-3) for r in mine], marker + "-",
+                  label=f"{kind.upper()}: added by state.commit()")
+        ax.loglog([r["state_mb"] for r in mine], [r["step_ms"] for r in mine], marker + "--",
+                  label=f"{kind.upper()}: one training step")
     ax.set_xlabel("committed state (parameters + momentum), MB")
     ax.set_ylabel("ms (median, 2 ranks)")
     ax.set_title("Elastic commit vs training step")
@@ -73,20 +91,22 @@ def plot(path, rows):
 def main():
     parser = common.base_arguments("elastic commit cost", "elastic_commit")
     args = parser.parse_args()
-    sizes = [0.1, 1, 10] if args.quick else [0.1, 1, 10, 100]
+    models = [("mlp", mb) for mb in ([0.1, 1, 10] if args.quick else [0.1, 1, 10, 100])]
+    models += [("cnn", width) for width in ([16] if args.quick else [16, 32, 64])]
     hvd.init()
     torch.set_num_threads(1)
     os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-bench-commit-"))
     rows = []
-    common.say(f"{'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12}  (commit: time added to a step)")
-    for megabytes in sizes:
-        row = measure(megabytes, 3 if args.quick else args.repeats, args.budget)
+    common.say(f"{'model':>9} {'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12}"
+               "  (commit: time added to a step)")
+    for kind, size in models:
+        row = measure(kind, size, 3 if args.quick else args.repeats, args.budget)
         rows.append(row)
-        common.say(f"{row['state_mb']:9.1f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
+        common.say(f"{row['model']:>9} {row['state_mb']:9.2f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
                    f"{row['commit_per_step']:12.2f}")
     common.write_json(args.json, {"machine": common.machine_info(), "repeats": args.repeats, "rows": rows,
                                   "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]})
-    if args.plot and common.rank() == 0:
+    if args.plot and common.rank() == 0:  # docs/benchmarks/elastic_commit.png by default
         plot(args.plot, rows)
 
 

@@ -119,6 +119,14 @@ def multihost_block(result):
     return text
 
 
+def elastic_commit_block(result):
+    rows = ["| model | committed state, MB | step, ms | added by a commit, ms | commit / step |",
+            "|---|---:|---:|---:|---:|"]
+    rows += [f"| {r['model']} | {r['state_mb']:.2f} | {r['step_ms']:.2f} | {r['commit_ms']:.2f} | "
+             f"{r['commit_per_step']:.2f} |" for r in result["rows"]]
+    return machine_block(result) + "\n\n![elastic commits](benchmarks/elastic_commit.png)\n\n" + "\n".join(rows)
+
+
 def summary_block(results):
     rows = ["| target | measured | result |", "|---|---:|---|"]
     for name in ("allreduce", "fusion", "multihost"):
@@ -145,6 +153,8 @@ def plot_all(results):
     if results.get("multihost"):
         import multihost
         multihost.plot(results["multihost"]["rows"], os.path.join(PLOTS, "multihost.png"))
+    # elastic_commit.plot needs no MPI job: it is drawn by bench/elastic_commit.py --plot (importing that module
+    # here would start one).
 
 
 def replace_block(text, name, body):
@@ -156,12 +166,13 @@ def replace_block(text, name, body):
 
 def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "tf_synthetic", "autotune",
-                                             "multihost")}
+                                             "multihost", "elastic_commit")}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
     for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
-                         ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block)):
+                         ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
+                         ("elastic_commit", elastic_commit_block)):
         if results[name]:
             text = replace_block(text, name, render(results[name]))
     with open(DOC, "w") as f:

@@ -7,7 +7,7 @@ commit survives the death of any process (the kernel holds it); a background thr
 directory, which makes it survive the host's power too, and only after that removes older commits: the newest
 two are kept, the older one fsynced, for a newest one torn by a power loss. (An fsync takes the time of several
 small training steps: done in line, it would make a commit slower than a step.) A commit starts with a magic and
-the SHA-256 of its pickle: one damaged on disk is skipped for the one before it. Any host's copy is enough to
+the SHA-256 of its content: one damaged on disk is skipped for the one before it. Any host's copy is enough to
 resume: losing a host, rank 0's included, loses nothing committed.
 """
 import glob
@@ -16,6 +16,7 @@ import os
 import pickle
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -99,10 +100,14 @@ def write(sequence, payload):
     final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".commit-", suffix=".partial")
     try:
-        data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        parts = encode(payload)
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
         with os.fdopen(handle, "wb") as stream:
-            stream.write(MAGIC + hashlib.sha256(data).digest())
-            stream.write(data)
+            stream.write(MAGIC + digest.digest())
+            for part in parts:
+                stream.write(part)
         os.replace(temporary, final)
     except BaseException:
         if os.path.exists(temporary):
@@ -110,6 +115,32 @@ def write(sequence, payload):
         raise
     _syncer.submit(final, folder)
     return final
+
+
+def encode(payload):
+    """The payload as a list of byte strings and buffers to write one after the other: a header (how many
+    out-of-band buffers, the pickle's and each buffer's length), the pickle (protocol 5) and the arrays' memory
+    itself, written from where it is instead of copied into the pickle."""
+    buffers = []
+    data = pickle.dumps(payload, protocol=5, buffer_callback=buffers.append)
+    views = [buffer.raw() for buffer in buffers]
+    header = struct.pack(f"<QQ{len(views)}Q", len(views), len(data), *(view.nbytes for view in views))
+    return [header, data, *views]
+
+
+def decode(body):
+    """The payload of a commit's body (what ``encode`` wrote); its arrays are writable (a copy of the body)."""
+    body = memoryview(bytearray(body))
+    count, length = struct.unpack_from("<QQ", body)
+    sizes = struct.unpack_from(f"<{count}Q", body, 16)
+    at = 16 + 8 * count
+    data = body[at:at + length]
+    at += length
+    buffers = []
+    for size in sizes:
+        buffers.append(body[at:at + size])
+        at += size
+    return pickle.loads(data, buffers=buffers)
 
 
 def flush():
@@ -131,7 +162,8 @@ def _commit_files(folder):
 
 
 def read_verified(path):
-    """The pickle bytes of a commit file, or None when it is damaged (wrong magic, checksum or length)."""
+    """The body of a commit file (``decode`` reads it), or None when it is damaged (wrong magic, checksum or
+    length)."""
     try:
         with open(path, "rb") as stream:
             content = stream.read()
@@ -165,10 +197,10 @@ def agree_and_load():
         return -1, None
     holder = basics.rank() if sequence == newest else basics.size()
     root = int(ops.allreduce(np.array([holder], np.int64), op=ops.Min, name="elastic.commit_holder")[0])
-    # The pickle goes as it is on disk, unpickled once on every rank.
+    # The body goes as it is on disk, decoded once on every rank.
     data = ops.broadcast_object(data if basics.rank() == root else None, root_rank=root, name="elastic.commit",
                                 process_set=global_process_set)
-    return newest, pickle.loads(data)
+    return newest, decode(data)
 
 
 def remove():
