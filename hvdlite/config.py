@@ -176,6 +176,9 @@ SETTINGS = (
             "Tune fusion threshold and cycle time online", flag="--autotune"),
     Setting("autotune_log", "HVDLITE_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path", _parse_text,
             "CSV file of autotune trials; empty for none", flag="--autotune-log-file", default_text="(none)"),
+    Setting("elastic_commit_dir", "HVDLITE_ELASTIC_COMMIT_DIR", None, "", "path", _parse_text,
+            "Where each host keeps an elastic job's commits (hvdlite.elastic); {host} stands for the host's name",
+            flag="--elastic-commit-dir", default_text="(tmp)/hvdlite-elastic-JOB"),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}

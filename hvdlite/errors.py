@@ -10,10 +10,10 @@ HorovodInternalError = HvdliteError
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Raised at ``state.commit()`` or ``state.check_host_updates()`` on every rank when the launcher found new
-    hosts: the job stops at that commit and starts again larger, without rolling back. ``skip_sync`` is
-    Horovod's flag (True when only hosts were added, so no state needs to be re-synchronised)."""
+    """Raised at ``state.commit()`` or ``state.check_host_updates()`` on every rank when the launcher's host
+    discovery changed (room for more ranks, or a host the job runs on no longer listed): the job stops at that
+    commit and starts again on the hosts listed, without rolling back. ``skip_sync`` is Horovod's flag."""
 
     def __init__(self, skip_sync=True):
-        super().__init__("the launcher found new hosts; the job restarts on them from this commit")
+        super().__init__("the launcher's hosts changed; the job restarts on them from this commit")
         self.skip_sync = skip_sync

@@ -81,7 +81,7 @@ def test_the_job_shrinks_after_a_failure_and_grows_when_hosts_appear(tmp_path):
     assert code == 0 and weights, output[-4000:]
     lines = [line for line in output.splitlines() if line.startswith("hvdliterun: restart")]
     assert lines == ["hvdliterun: restart 1: the job failed with exit code 9; starting again from the last commit",
-                     "hvdliterun: restart 2: new hosts found; starting again on them from the last commit"], lines
+                     "hvdliterun: restart 2: the hosts changed; starting again on them from the last commit"], lines
     starts = sorted(resumed)
     assert [s[:3] for s in starts] == [(0, 0, 2), (0, 1, 2), (1, 0, 1), (2, 0, 2), (2, 1, 2)], starts
     assert starts[2][4] == 20, "the 1-rank start resumes at the step of the last commit"

@@ -23,10 +23,9 @@ import threading
 
 import numpy as np
 
-from hvdlite import basics, ops
+from hvdlite import basics, config, ops
 from hvdlite.process_sets import global_process_set
 
-DIRECTORY_VARIABLE = "HVDLITE_ELASTIC_COMMIT_DIR"
 JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"  # set by hvdliterun, the same on every restart of one job
 KEEP = 2  # the newest commits kept per host: one to fall back to if the newest is damaged
 MAGIC = b"HVDLCMT1"
@@ -35,8 +34,9 @@ MAGIC = b"HVDLCMT1"
 def directory(environ=os.environ):
     """This job's commit directory on this host. In HVDLITE_ELASTIC_COMMIT_DIR, ``{host}`` stands for this host's
     name (hosts that share a file system then keep separate copies)."""
-    if environ.get(DIRECTORY_VARIABLE):
-        return environ[DIRECTORY_VARIABLE].replace("{host}", socket.gethostname())
+    configured = config.SETTINGS_BY_NAME["elastic_commit_dir"].read(environ)
+    if configured:
+        return configured.replace("{host}", socket.gethostname())
     job = environ.get(JOB_VARIABLE) or f"pid{os.getppid()}"
     return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
 

@@ -1,7 +1,7 @@
-"""Whether the launcher has found new hosts, agreed on by every rank.
+"""Whether the launcher's hosts changed, agreed on by every rank.
 
 hvdliterun (in elastic mode) answers on a TCP port named by HVDLITE_ELASTIC_NOTIFY=host:port: one line, "1" once
-its host discovery has found room for more ranks, else "0". Rank 0 asks (at most every CHECK_INTERVAL seconds)
+its host discovery has found room for more ranks or stopped listing a host the job runs on, else "0". Rank 0 asks (at most every CHECK_INTERVAL seconds)
 and an allreduce carries its answer to every rank, so that all of them stop at the same commit.
 """
 import os
@@ -29,7 +29,7 @@ def ask_launcher(address, timeout=5.0):
 
 
 def agreed(environ=os.environ):
-    """True on every rank when rank 0 learnt of new hosts; no communication where no launcher listens."""
+    """True on every rank when rank 0 learnt that the hosts changed; no communication where no launcher listens."""
     address = environ.get(NOTIFY_VARIABLE)
     if not address:
         return False

@@ -40,7 +40,7 @@ def run(func):
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:
-            _leave(EXIT_HOSTS_UPDATED, "new hosts: stopping at this commit to restart on them")
+            _leave(EXIT_HOSTS_UPDATED, "the hosts changed: stopping at this commit to restart on them")
         except HorovodInternalError as error:
             _leave(1, f"{error}; the launcher may restart the job from the last commit")
         if commits.writes_here():

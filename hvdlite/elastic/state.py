@@ -1,6 +1,6 @@
 """State objects: what a job commits, restores after a failure, and synchronises when ranks change.
 
-As in Horovod, ``commit()`` saves a copy in memory and then checks for new hosts; here it also writes the copy
+As in Horovod, ``commit()`` saves a copy in memory and then checks for host changes; here it also writes the copy
 to every host's disk (commits.py), since a failure ends the processes. ``restore()`` goes back to the last
 commit in memory, ``sync()`` makes every rank hold rank 0's state, and the reset callbacks run when a job
 resumes on a different number of ranks. Subclasses provide ``save``/``restore``/``sync`` for their objects and
@@ -36,8 +36,8 @@ class State:
         """Horovod's hook for host changes; nothing to do here: the job restarts on the new hosts."""
 
     def commit(self):
-        """Saves the state in memory and on every host's disk, then checks for new hosts (HostsUpdatedInterrupt
-        on every rank if there are: the job restarts larger from this commit)."""
+        """Saves the state in memory and on every host's disk, then checks for host changes (HostsUpdatedInterrupt
+        on every rank if they did: the job restarts on the new hosts from this commit)."""
         self.save()
         self._sequence += 1
         self._committed_size = basics.size()
@@ -47,7 +47,7 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank when the launcher has found new hosts."""
+        """Raises HostsUpdatedInterrupt on every rank when the launcher's hosts changed."""
         if host_updates.agreed():
             raise HostsUpdatedInterrupt(skip_sync=True)
 

@@ -8,7 +8,8 @@ now, minus those that failed (blacklisted, for a cooldown if one is given), with
 slots (at most --max-np), waiting up to --elastic-timeout for at least --min-np. While an elastic job runs, the
 discovery script is polled; when it finds room for more ranks, the ranks hear it at their next commit
 (HVDLITE_ELASTIC_NOTIFY), stop there with exit code 75, and the job starts again larger without counting a
-failure. The ranks resume from the newest commit (hvdlite.elastic). One line on stderr says why for each start.
+failure; likewise when the script stops listing a host the job runs on. The ranks resume from the newest commit
+(hvdlite.elastic). One line on stderr says why for each start.
 """
 import random
 import socket
@@ -59,7 +60,7 @@ class Blacklist:
 
 
 class HostNews:
-    """Answers the ranks' question "are there new hosts?" on a TCP port (hvdlite.elastic.host_updates)."""
+    """Answers the ranks' question "have the hosts changed?" on a TCP port (hvdlite.elastic.host_updates)."""
 
     def __init__(self):
         self.updated = threading.Event()
@@ -109,7 +110,8 @@ class Supervisor:
                 if news:
                     news.updated.clear()
                     env["HVDLITE_ELASTIC_NOTIFY"] = news.address
-                    threading.Thread(target=self._poll, args=(num_proc, news, stop_polling), daemon=True).start()
+                    threading.Thread(target=self._poll, args=(hosts, num_proc, news, stop_polling),
+                                     daemon=True).start()
                 code = run_job(self.build_argv(hosts, num_proc), env, new_job_id(), log=self.log)
                 stop_polling.set()
                 starts += 1
@@ -119,7 +121,7 @@ class Supervisor:
                     self.log(f"the job ended with exit code {code} after {starts - 1} restarts, the --reset-limit")
                     return code
                 if code == EXIT_HOSTS_UPDATED and self.elastic:
-                    self.log(f"restart {starts}: new hosts found; starting again on them from the last commit")
+                    self.log(f"restart {starts}: the hosts changed; starting again on them from the last commit")
                     continue
                 if failures >= self.args.max_restarts and not self.elastic:
                     self.log(f"the job failed with exit code {code}; no restart left (--max-restarts "
@@ -171,13 +173,18 @@ class Supervisor:
             left -= take
         return chosen, num_proc
 
-    def _poll(self, num_proc, news, stop):
-        """While the job runs: flags news when discovery finds room for more ranks (up to --max-np)."""
+    def _poll(self, hosts, num_proc, news, stop):
+        """While the job runs: flags news when discovery finds room for more ranks (up to --max-np) or no longer
+        lists a host the job runs on (say, one about to be taken away): the ranks stop at their next commit and
+        the job starts again on what is listed then."""
         limit = self.args.max_np or float("inf")
+        running = {h.name for h in hosts}
         while not stop.wait(DISCOVERY_INTERVAL_SECONDS):
-            if num_proc >= limit:
-                return
-            if min(sum(h.slots for h in self._usable_hosts()), limit) > num_proc:
+            listed = self._usable_hosts()
+            if not listed:
+                continue  # a failing or empty discovery run is no reason to stop a healthy job
+            grows = min(sum(h.slots for h in listed), limit) > num_proc
+            if grows or not running <= {h.name for h in listed}:
                 news.updated.set()
                 return
 
