@@ -21,9 +21,10 @@ test: native-unit-tests native
 	$(MAKE) test-across-hosts sanitize-address sanitize-thread
 
 # The multi-rank tests again across simulated hosts (network namespaces on this machine, TCP between them; needs
-# root): every collective, dtype and op on 2 hosts x 2 ranks in blocks and round-robin over both of MPICH's network
-# layers, and the two-rank tests of the core, NumPy, PyTorch and TensorFlow on 2 hosts x 1 rank.
-ACROSS_HOSTS_TESTS := tests/test_core_collectives.py tests/test_core_hierarchical.py tests/test_core_quiet_wake.py
+# root): every collective, dtype and op (Adasum too) on 2 hosts x 2 ranks in blocks and round-robin over both of
+# MPICH's network layers, and the two-rank tests of the core, NumPy, PyTorch and TensorFlow on 2 hosts x 1 rank.
+ACROSS_HOSTS_TESTS := tests/test_core_collectives.py tests/test_core_hierarchical.py tests/test_core_quiet_wake.py \
+	tests/test_core_adasum.py
 TWO_HOSTS_TESTS := $(ACROSS_HOSTS_TESTS) tests/test_core_eager.py tests/test_core_errors.py tests/test_core_overlap.py \
 	tests/test_numpy_arrays.py tests/test_torch_collectives.py tests/test_tf_collectives.py
 test-across-hosts: $(STAMPS)/hvdlite
