@@ -77,7 +77,7 @@ def test_the_job_shrinks_after_a_failure_and_grows_when_hosts_appear(tmp_path):
         tmp_path, "torch_train.py", "elastic",
         ["-np", 1, "--min-np", 1, "--max-np", 2, "--host-discovery-script", f"cat {discovery}"],
         ["--kill-at", 20, "--discovery-file", discovery, "--shrink-to", "localhost:1", "--grow-to", "localhost:2",
-         "--grow-at", 40, "--step-seconds", 0.05])
+         "--grow-at", 40, "--step-seconds", 0.1])  # paced: news takes up to 2 s to reach the ranks
     assert code == 0 and weights, output[-4000:]
     lines = [line for line in output.splitlines() if line.startswith("hvdliterun: restart")]
     assert lines == ["hvdliterun: restart 1: the job failed with exit code 9; starting again from the last commit",

@@ -34,7 +34,7 @@ def start_job(hosts, tmp_path, name, *launcher_args, epochs):
                HVDLITE_ELASTIC_COMMIT_DIR=str(tmp_path / "commits" / "{host}"))
     command = [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "--min-np", "1", "--max-np", "2",
                "--host-discovery-script", f"cat {tmp_path / 'hosts'}", *launcher_args, sys.executable, WORKER,
-               "--out", str(tmp_path / name), "--epochs", str(epochs), "--step-seconds", "0.05"]
+               "--out", str(tmp_path / name), "--epochs", str(epochs), "--step-seconds", "0.1"]  # news takes up to 2 s
     return hosts.popen("h3", command, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, start_new_session=True)
 
