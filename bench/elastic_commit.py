@@ -1,8 +1,8 @@
 """What an elastic commit costs a training loop: a training step of a model (forward, backward, the
 DistributedOptimizer's all-reduce and update) against the same step followed by ``state.commit()`` of its
 TorchState (model and SGD-momentum state copied, pickled, written and renamed on each host, fsynced in the
-background), timed in interleaved rounds on 2 ranks, for MLPs from 0.1 to 100 MB of parameters (little computation per parameter:
-the hardest case for a commit) and small CNNs on 32x32 images (much more). The figure is the time a commit adds
+background), timed in interleaved rounds on 2 ranks, for MLPs from 0.1 to 100 MB of parameters (little
+computation per parameter: the hardest case for a commit) and small CNNs on 32x32 images (much more). The figure is the time a commit adds
 to a step, as a fraction of the step.
 
     python bench/elastic_commit.py [--quick] [--json out.json] [--plot [out.png]]

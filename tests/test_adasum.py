@@ -83,7 +83,8 @@ def test_keras_training_with_adasum_converges(checks):
     keras.utils.set_random_seed(0)
     x, y, x_test, y_test = digits_shard(hvd.rank(), hvd.size())
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
-    model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), op=hvd_keras.Adasum),
+    optimizer = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9), op=hvd_keras.Adasum)
+    model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     history = model.fit(x, y, batch_size=32, epochs=8, verbose=0,
                         callbacks=[hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0)])

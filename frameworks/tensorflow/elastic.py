@@ -1,7 +1,5 @@
 """``hvd.elastic`` for TensorFlow: TensorFlowKerasState (a Keras model and its optimizer) and TensorFlowState
 (a list of variables), with ``run``, ``ObjectState`` and the errors (hvdlite.elastic)."""
-import numpy as np
-
 from hvdlite import basics
 from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run  # noqa: F401
 
@@ -9,7 +7,7 @@ from .functions import broadcast_object, broadcast_variables
 
 
 def _values(variables):
-    return [np.array(v.numpy(), copy=True) for v in variables]
+    return [v.numpy() for v in variables]  # numpy() of a variable is a copy of its value
 
 
 def _assign(variables, values):

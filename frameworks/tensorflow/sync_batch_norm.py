@@ -1,8 +1,8 @@
 """SyncBatchNormalization: Keras batch normalization whose training statistics cover the whole global batch.
 
 Each rank sums its batch's values, squares and count over the reduction axes; one allreduce (Sum) of the three
-gives the global mean and variance, so ranks may hold batches of different sizes (and masks). The allreduce is differentiable, so the gradient also flows through the other
-ranks' statistics, as in a single large batch. Inference uses the moving statistics, as plain Keras does.
+gives the global mean and variance, so ranks may hold batches of different sizes (and masks). The allreduce is
+differentiable, so the gradient also flows through the other ranks' statistics, as in a single large batch. Inference uses the moving statistics, as plain Keras does.
 """
 import keras
 import tensorflow as tf

@@ -5,9 +5,9 @@ public ``numpy()`` makes a copy), and its outputs become tensors through DLPack,
 instead of copying it. Graph (``tf.function``, or a TF1 ``tf.compat.v1`` graph run by a session): the body
 becomes a stateful ``tf.numpy_function``. Every rank must run its collectives in the order the program wrote
 them, or blocking collectives deadlock across ranks: inside ``tf.function`` the automatic control dependencies
-of stateful ops keep that order; a TF1 graph has none, so each collective gets a control dependency on the one
-created before it in the same graph (a session that fetches a later collective runs the earlier ones too, on
-every rank alike).
+of stateful ops keep that order; a TF1 graph has none, so each collective takes the order token of the one
+created before it in the same graph as an input (a session that fetches a later collective runs the earlier ones
+too, on every rank alike).
 Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
 """
 import re

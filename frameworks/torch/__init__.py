@@ -5,9 +5,9 @@ core as host pointers, dtypes and shapes (no C++ is compiled against PyTorch); G
 host memory. Importing this module never requires CUDA.
 """
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
-                            start_timeline, stop_timeline)
+                            gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
+                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
+                            size, start_timeline, stop_timeline)
 from hvdlite.errors import HorovodInternalError  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                   remove_process_set)

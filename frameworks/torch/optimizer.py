@@ -174,7 +174,7 @@ class _DistributedOptimizer:
         if self._submit_prepared(bucket):
             return
         prescale, postscale = self._scale_factors()
-        bucket.sparse = set()
+        bucket.sparse.clear()
         for p in bucket.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -25,8 +25,7 @@ import numpy as np
 
 from hvdlite import basics, config, ops
 from hvdlite.process_sets import global_process_set
-
-JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"  # set by hvdliterun, the same on every restart of one job
+from hvdlite.run.elastic import JOB_VARIABLE
 KEEP = 2  # the newest commits kept per host: one to fall back to if the newest is damaged
 MAGIC = b"HVDLCMT1"
 
@@ -177,7 +176,7 @@ def read_verified(path):
 
 
 def newest_here():
-    """(sequence, pickle bytes) of this host's newest intact commit, or (-1, None); damaged ones are reported and
+    """(sequence, body) of this host's newest intact commit, or (-1, None); damaged ones are reported and
     skipped."""
     for path in sorted(_commit_files(directory()), reverse=True):
         data = read_verified(path)

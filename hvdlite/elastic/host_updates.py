@@ -1,8 +1,9 @@
 """Whether the launcher's hosts changed, agreed on by every rank.
 
 hvdliterun (in elastic mode) answers on a TCP port named by HVDLITE_ELASTIC_NOTIFY=host:port: one line, "1" once
-its host discovery has found room for more ranks or stopped listing a host the job runs on, else "0". Rank 0 asks (at most every CHECK_INTERVAL seconds)
-and an allreduce carries its answer to every rank, so that all of them stop at the same commit.
+its host discovery has found room for more ranks or stopped listing a host the job runs on, else "0". Rank 0
+asks (at most every CHECK_INTERVAL seconds) and an allreduce carries its answer to every rank, so that all of them
+stop at the same commit.
 """
 import os
 import socket
@@ -11,8 +12,7 @@ import time
 import numpy as np
 
 from hvdlite import basics, ops
-
-NOTIFY_VARIABLE = "HVDLITE_ELASTIC_NOTIFY"
+from hvdlite.run.elastic import NOTIFY_VARIABLE
 CHECK_INTERVAL = 1.0
 
 _last_check = [0.0]

@@ -11,11 +11,9 @@ import sys
 
 from hvdlite import basics
 from hvdlite.errors import HorovodInternalError, HostsUpdatedInterrupt
+from hvdlite.run.elastic import EXIT_HOSTS_UPDATED, RESTART_VARIABLE
 
 from . import commits
-
-EXIT_HOSTS_UPDATED = 75  # EX_TEMPFAIL: "try again"; hvdliterun restarts the job on the hosts it found
-RESTART_VARIABLE = "HVDLITE_ELASTIC_RESTART"  # which start of the job this is (0 for the first), set by hvdliterun
 
 
 def restarts(environ=os.environ):

@@ -21,7 +21,12 @@ from .hosts import Host
 from .job import new_job_id, run_job
 from .reachability import host_problems
 
-EXIT_HOSTS_UPDATED = 75  # hvdlite.elastic.runner.EXIT_HOSTS_UPDATED (kept here: the launcher loads no native code)
+# What the launcher and the ranks (hvdlite.elastic) agree on. Defined here, where the ranks can import it without
+# the launcher ever loading the native core.
+JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"          # the same on every start of one job: where the ranks find commits
+RESTART_VARIABLE = "HVDLITE_ELASTIC_RESTART"  # which start of the job this is (0 for the first)
+NOTIFY_VARIABLE = "HVDLITE_ELASTIC_NOTIFY"    # host:port answering "have the hosts changed?" (HostNews)
+EXIT_HOSTS_UPDATED = 75  # EX_TEMPFAIL, "try again": the ranks stopped at a commit because the hosts changed
 DISCOVERY_INTERVAL_SECONDS = 1.0
 
 
@@ -105,11 +110,11 @@ class Supervisor:
                 if placement is None:
                     return 1
                 hosts, num_proc = placement
-                env = dict(self.env, HVDLITE_ELASTIC_JOB=self.job, HVDLITE_ELASTIC_RESTART=str(starts))
+                env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: str(starts)})
                 stop_polling = threading.Event()
                 if news:
                     news.updated.clear()
-                    env["HVDLITE_ELASTIC_NOTIFY"] = news.address
+                    env[NOTIFY_VARIABLE] = news.address
                     threading.Thread(target=self._poll, args=(hosts, num_proc, news, stop_polling),
                                      daemon=True).start()
                 code = run_job(self.build_argv(hosts, num_proc), env, new_job_id(), log=self.log)

@@ -3,7 +3,6 @@ with Horovod's elastic callbacks and KerasState, or (--custom-loop) a tf.functio
 DistributedGradientTape and TensorFlowState. Each rank trains on its shard of each epoch in a fixed order; a
 resumed epoch goes on after ``state.batch``. On the job's first start, rank --kill-rank SIGKILLs itself after
 batch --kill-at (epoch * 1000 + batch). Rank 0 writes the final weights' bytes to --out."""
-import argparse
 import os
 import signal
 
@@ -15,12 +14,9 @@ from sklearn.datasets import load_digits
 import hvdlite.tensorflow.keras as hvd
 from hvdlite.elastic.runner import restarts
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--out", required=True)
-parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--commit-every", type=int, default=1)
-parser.add_argument("--kill-at", type=int, default=-1)
-parser.add_argument("--kill-rank", type=int, default=1)
+import worker_arguments  # beside this script
+
+parser = worker_arguments.parser()
 parser.add_argument("--custom-loop", action="store_true")
 args = parser.parse_args()
 BATCH = 32

@@ -6,7 +6,6 @@ into the discovery file after step --grow-at of a start on fewer ranks. Every ra
 (<out>.resumed), the reset callbacks it ran (<out>.resets) and the sample ids of each step (<out>.samples); rank 0
 writes the final parameters' bytes to --out.
 """
-import argparse
 import os
 import signal
 import time
@@ -17,12 +16,9 @@ from sklearn.datasets import load_digits
 import hvdlite.torch as hvd
 from hvdlite.elastic.runner import restarts
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--out", required=True)
-parser.add_argument("--epochs", type=int, default=2)
-parser.add_argument("--commit-every", type=int, default=1)
-parser.add_argument("--kill-at", type=int, default=-1)
-parser.add_argument("--kill-rank", type=int, default=1)
+import worker_arguments  # beside this script
+
+parser = worker_arguments.parser()
 parser.add_argument("--discovery-file")
 parser.add_argument("--shrink-to")
 parser.add_argument("--grow-to")

@@ -92,7 +92,8 @@ void Combine(T *a, const T *b, int64_t begin, int64_t end, const std::vector<int
 
 template <typename T>
 std::string RunTyped(const CommContext &ctx, T *data, const std::vector<int64_t> &counts,
-                     std::vector<uint8_t> *received_bytes, std::vector<double> *sums, std::vector<double> *partner_sums) {
+                     std::vector<uint8_t> *received_bytes, std::vector<double> *sums,
+                     std::vector<double> *partner_sums) {
   const std::vector<int64_t> first = FirstElements(counts);
   const int64_t total = first.empty() ? 0 : first.back() + counts.back();
   const int64_t element = sizeof(T);
