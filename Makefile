@@ -38,25 +38,15 @@ sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
 	PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
 sanitize-address: native-unit-tests-asan
 
-# The pure parts of the core (fusion planning, buffer layout, response cache, slot table, reduce kernels) with GoogleTest.
-NATIVE_UNIT_TESTS := $(wildcard native/tests/*_test.cc)
-NATIVE_UNDER_TEST := native/src/fusion_planner.cc native/src/response_cache.cc native/src/reduce_kernels.cc \
-	native/src/algorithms/buffer_layout.cc \
-	native/src/copy_bytes.cc native/src/messages.cc
-native-unit-tests: build/native_unit_tests
-	build/native_unit_tests
-
-# The same under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer (part of make sanitize-address).
-native-unit-tests-asan: build/native_unit_tests_asan
-	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build/native_unit_tests_asan
-
-build/native_unit_tests: SANITIZE_FLAGS :=
-build/native_unit_tests_asan: SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-build/native_unit_tests build/native_unit_tests_asan: $(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) $(wildcard native/src/*.h) native/include/hvdlite.h
-	@test -f /usr/include/gtest/gtest.h || { echo "the native unit tests need GoogleTest: apt-get install libgtest-dev"; exit 1; }
-	@mkdir -p build
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Werror $(SANITIZE_FLAGS) -Inative/src -Inative/include -o $@ \
-		$(NATIVE_UNIT_TESTS) $(NATIVE_UNDER_TEST) -lgtest -lgtest_main -pthread
+# The pure parts of the core (fusion planning, buffer layout, response cache, slot table, reduce kernels) with
+# GoogleTest, built by CMake's unit-tests presets (no MPI, no Python).
+native-unit-tests: UNIT_TESTS := unit-tests
+native-unit-tests-asan: UNIT_TESTS := unit-tests-address
+native-unit-tests native-unit-tests-asan: $(STAMPS)/mpi
+	cmake --preset $(UNIT_TESTS) >/dev/null
+	cmake --build --preset $(UNIT_TESTS)
+	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		build/$(UNIT_TESTS)/native/tests/native_unit_tests
 
 demo: native
 	@if [ -f examples/torch_digits.py ]; then example=examples/torch_digits.py; \
@@ -76,15 +66,15 @@ bench: native
 
 setup: $(STAMPS)/hvdlite
 
-# Incremental: recompiles only the native sources that changed since the last build.
+# Incremental: the editable install rebuilds what changed when a process first imports the native parts.
 native: $(STAMPS)/hvdlite
-	$(PYTHON) setup.py -q build_ext --inplace
+	$(PYTHON) -c "import hvdlite._tensor_calls"
 
 $(PYTHON):
 	python3 -m venv $(VENV)
 
 $(STAMPS)/mpi: | $(PYTHON)
-	$(PIP) install mpi4py mpich setuptools wheel cffi numpy
+	$(PIP) install mpi4py mpich numpy cffi scikit-build-core cmake ninja
 	@mkdir -p $(STAMPS) && touch $@
 
 # This exact pin resolves to a local CPU-only wheel; an unpinned torch would pull gigabytes of CUDA.
@@ -96,10 +86,10 @@ $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 	$(PIP) install tensorflow-cpu
 	@touch $@
 
-# No build isolation: the build must see this venv's mpicxx and setuptools, not a throwaway environment's.
-$(STAMPS)/hvdlite: setup.py pyproject.toml | $(STAMPS)/torch $(STAMPS)/tensorflow
+# Editable and without build isolation: the build uses this venv's MPICH, and a rebuild needs no fresh environment.
+$(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/tensorflow
 	$(PIP) install --no-build-isolation -e '.[test]'
 	@touch $@
 
 clean:
-	rm -rf build hvdlite/libhvdlite_core.so hvdlite/hvdlite.h hvdlite/build_info.json *.egg-info
+	rm -rf build

@@ -3,16 +3,18 @@
 The declarations come from the one C header, so Python and C cannot drift apart. MPI must be loaded
 before the library (mpi4py does it), so that the core binds to the same libmpi as mpi4py.
 """
+import glob
+import importlib.util
 import os
 import re
+import sys
 
 import cffi
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_HEADER_CANDIDATES = (
-    os.path.join(_PACKAGE_DIR, "hvdlite.h"),                                  # installed copy
-    os.path.join(_PACKAGE_DIR, os.pardir, "native", "include", "hvdlite.h"),  # source tree
-)
+from . import build_info
+
+_SOURCE_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "native", "include", "hvdlite.h")
+_EXTENSION = "hvdlite._tensor_calls"
 
 
 def _declarations(header_text):
@@ -22,17 +24,38 @@ def _declarations(header_text):
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
+def _load_extension_from(folder):
+    """Imports hvdlite._tensor_calls from folder (HVDLITE_NATIVE_DIR), so that it links the core loaded from there
+    rather than the installed one; later `from hvdlite import _tensor_calls` find it in sys.modules."""
+    if _EXTENSION in sys.modules:
+        return
+    found = glob.glob(os.path.join(folder, "_tensor_calls*.so"))
+    if not found:
+        raise ImportError(f"{build_info.NATIVE_DIR_VARIABLE}={folder} holds no _tensor_calls*.so")
+    spec = importlib.util.spec_from_file_location(_EXTENSION, found[0])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_EXTENSION] = module
+    spec.loader.exec_module(module)
+
+
 def _load():
-    header = next((p for p in _HEADER_CANDIDATES if os.path.exists(p)), None)
-    library = os.path.join(_PACKAGE_DIR, "libhvdlite_core.so")
-    if header is None or not os.path.exists(library):
+    library = build_info.native_file("libhvdlite_core.so")
+    header = build_info.native_file("hvdlite.h") or (_SOURCE_HEADER if os.path.exists(_SOURCE_HEADER) else None)
+    if header is None or library is None:
         raise ImportError(
-            "hvdlite's native core is not built (no libhvdlite_core.so next to the package): "
-            "install with `pip install .` (needs mpicxx: `pip install mpich mpi4py`)")
+            f"hvdlite's native core is not built (no libhvdlite_core.so in {', '.join(build_info.native_dirs())}): "
+            "install with `pip install .` (see the README)")
     ffi = cffi.FFI()
     with open(header) as f:
         ffi.cdef(_declarations(f.read()))
-    from mpi4py import MPI  # noqa: F401  (loads and initialises the MPI the core links against)
+    from mpi4py import MPI  # loads and initialises the MPI the core links against
+    build_info.check_same_mpi(MPI.Get_library_version())
+    # The extension before the core: importing it is what makes an editable install rebuild what changed, and it
+    # loads the core (its dependency, by soname) that the dlopen below then shares.
+    if os.environ.get(build_info.NATIVE_DIR_VARIABLE):
+        _load_extension_from(os.path.dirname(library))
+    else:
+        importlib.import_module(_EXTENSION)
     return ffi, ffi.dlopen(library)
 
 

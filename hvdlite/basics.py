@@ -2,7 +2,9 @@
 import atexit
 import importlib
 
-from . import config
+from mpi4py import MPI
+
+from . import build_info, config
 from .logging import set_rank as _set_log_rank
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
@@ -14,7 +16,6 @@ _init_comm = None  # keeps a communicator built from a rank list alive
 
 def _mpi_comm_address(comm):
     """The address of the MPI_Comm inside an mpi4py communicator (or NULL for MPI_COMM_WORLD)."""
-    from mpi4py import MPI
     global _init_comm
     if comm is None:
         return ffi.NULL
@@ -39,6 +40,10 @@ def init(comm=None, process_sets=None):
     if lib.hvdlite_init(native_config, _mpi_comm_address(comm), buffer, len(buffer)) != 0:
         raise HvdliteError(f"hvdlite init failed: {error_text(buffer)}")
     del keepalive
+    wrong_launcher = build_info.check_launcher(MPI.Get_library_version(), MPI.COMM_WORLD.Get_size())
+    if wrong_launcher:
+        lib.hvdlite_shutdown()
+        raise HvdliteError(wrong_launcher)
     _refresh_global(lib.hvdlite_size())
     _set_log_rank(lib.hvdlite_rank())  # Python log lines carry the rank the core reports
     if not _atexit_registered:

@@ -1,5 +1,4 @@
 """Which mpiexec to use (the one of the MPI the core was built with) and which kind it is (hydra or Open MPI)."""
-import json
 import os
 import shutil
 import subprocess
@@ -8,16 +7,13 @@ import sys
 HYDRA = "hydra"      # MPICH, Intel MPI, MVAPICH
 OPENMPI = "openmpi"
 
-_BUILD_INFO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build_info.json")
+from .. import build_info
 
 
 def _built_with_mpiexec():
-    """The mpiexec next to the mpicxx that built libhvdlite_core.so (setup.py records it), if any."""
-    try:
-        with open(_BUILD_INFO) as stream:
-            path = json.load(stream).get("mpiexec")
-    except (OSError, ValueError):
-        return None
+    """The mpiexec of the system MPI that built the core (build_info.json records it), if any. An MPI from a pip
+    wheel records none: its mpiexec is in this environment's bin/, found next."""
+    path = build_info.read().get("mpiexec")
     return path if path and os.access(path, os.X_OK) else None
 
 

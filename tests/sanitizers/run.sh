@@ -2,22 +2,20 @@
 # Runs multi-rank tests against a sanitizer build of the core and the extension:
 #   address: AddressSanitizer + UndefinedBehaviorSanitizer, the core's and the NumPy API's tests;
 #   thread:  ThreadSanitizer, the core's multi-rank tests (background thread, handle table, queue).
-# The build goes to build/sanitize-KIND, a copy of the sources, so the ordinary build is left alone; its object
-# cache makes a second run compile only what changed. Usage: run.sh address|thread [pytest arguments]
+# The build goes to build/sanitize-KIND (CMake's sanitize-KIND preset), so the ordinary build is left alone, and the
+# tests load it through HVDLITE_NATIVE_DIR. Usage: run.sh address|thread [pytest arguments]
 set -euo pipefail
 kind=$1
 shift
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
-work=$root/build/sanitize-$kind
 
-mkdir -p "$work"
-find "$work" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
-# tar keeps modification times, so the copy's object cache still knows what changed.
-(cd "$root" && tar -cf - --exclude='*.so' --exclude=build_info.json --exclude=__pycache__ \
-    setup.py pyproject.toml README.md hvdlite native tests) | (cd "$work" && tar -xf -)
-(cd "$work" && HVDLITE_SANITIZE=$kind "$python" setup.py -q build_ext --inplace --force)
+case $kind in address|thread) ;; *) echo "usage: $0 address|thread [pytest arguments]" >&2; exit 2 ;; esac
+cd "$root"
+cmake --preset "sanitize-$kind" -DPython_EXECUTABLE="$python" >/dev/null
+cmake --build --preset "sanitize-$kind"
+export HVDLITE_NATIVE_DIR=$root/build/sanitize-$kind/hvdlite
 
 # Not under a sanitizer: test_core_memory counts allocations with a preloaded library of its own.
 tests=(tests/test_core_collectives.py tests/test_core_direct.py tests/test_core_eager.py tests/test_core_errors.py
@@ -42,12 +40,7 @@ case $kind in
     # UCX only loses its memory-registration cache.
     export UCX_MEM_MMAP_HOOK_MODE=none
     ;;
-  *)
-    echo "usage: $0 address|thread [pytest arguments]" >&2
-    exit 2
-    ;;
 esac
-cd "$work"
 # Multi-rank tests only (-m ranks): the whole-program tests of these files start system tools (pgrep, ps) that
 # must not run with a sanitizer's runtime preloaded.
 exec "$python" -m pytest -q -p no:cacheprovider -m ranks "${tests[@]}" "$@"

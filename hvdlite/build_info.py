@@ -1,0 +1,104 @@
+"""What the native parts were built with (build_info.json, written by the build beside them), where those files
+are, and the check that a process runs under the MPI they were built with.
+
+The files are looked up along the package's path, not beside this module: an editable install keeps the Python
+sources in the source tree and the built files in site-packages. HVDLITE_NATIVE_DIR points at another build's
+folder instead (a sanitizer build under build/, for its tests).
+"""
+import json
+import os
+
+import hvdlite
+
+NATIVE_DIR_VARIABLE = "HVDLITE_NATIVE_DIR"
+BUILD_INFO_NAME = "build_info.json"
+
+
+def native_dirs():
+    """Folders to search for the core library, the extension and build_info.json, in order."""
+    explicit = os.environ.get(NATIVE_DIR_VARIABLE)
+    if explicit:
+        return [os.path.abspath(explicit)]
+    return [os.path.abspath(path) for path in hvdlite.__path__]
+
+
+def native_file(name):
+    """The path of the first file called name in native_dirs(), or None."""
+    for folder in native_dirs():
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def read():
+    """build_info.json as a dict ({} where the native parts are not built)."""
+    path = native_file(BUILD_INFO_NAME)
+    if path is None:
+        return {}
+    try:
+        with open(path) as stream:
+            return json.load(stream)
+    except (OSError, ValueError):
+        return {}
+
+
+def mpi_family(version_text):
+    """'MPICH', 'Open MPI', 'Intel MPI', ... from an MPI library's version text ('' when unknown). MPICH and its
+    derivatives share one ABI (libmpi.so.12); Open MPI has another."""
+    lowered = (version_text or "").lower()
+    for marker, family in (("open mpi", "Open MPI"), ("intel(r) mpi", "Intel MPI"), ("mvapich", "MVAPICH"),
+                           ("mpich", "MPICH")):
+        if marker in lowered:
+            return family
+    return ""
+
+
+def _abi(family):
+    """Families whose libraries and launchers can stand in for each other: MPICH's ABI, or Open MPI's."""
+    return "Open MPI" if family == "Open MPI" else "MPICH"
+
+
+# Environment variables that each launcher sets in the ranks it starts: (ABI, variable holding the job size).
+_LAUNCHER_SIZE_VARIABLES = (("Open MPI", "OMPI_COMM_WORLD_SIZE"), ("MPICH", "PMI_SIZE"))
+
+
+def _first_line(text):
+    lines = (text or "").strip().splitlines()
+    return lines[0].strip() if lines else "an unknown MPI"
+
+
+def check_same_mpi(runtime_version, info=None):
+    """Raises ImportError, saying what to do, when this process's MPI (the one mpi4py loaded) is not of the kind
+    the core was built with: the core would call into a library it was not compiled for."""
+    info = read() if info is None else info
+    built_with = info.get("mpi_library_version", "")
+    built_family, runtime_family = mpi_family(built_with), mpi_family(runtime_version)
+    if built_family and runtime_family and _abi(built_family) != _abi(runtime_family):
+        raise ImportError(
+            f"hvdlite was built with {built_with} ({info.get('mpicxx')}), but this process runs "
+            f"{_first_line(runtime_version)} (the MPI that mpi4py loaded): the two cannot be mixed in one process. "
+            f"Fix: install hvdlite and mpi4py against the same MPI (see the README's install section), or use "
+            f"that MPI's environment")
+
+
+def check_launcher(runtime_version, world_size, info=None, environ=None):
+    """Returns why this process must not go on (or None): a different MPI's mpiexec started it as one of many
+    ranks, but its own MPI sees a job of one, so every rank would train alone."""
+    if world_size != 1:
+        return None
+    info = read() if info is None else info
+    environ = os.environ if environ is None else environ
+    runtime_family = mpi_family(runtime_version)
+    for launcher, variable in _LAUNCHER_SIZE_VARIABLES:
+        try:
+            launched = int(environ.get(variable, "1"))
+        except ValueError:
+            continue
+        if launched > 1 and runtime_family and launcher != _abi(runtime_family):
+            mpiexec = info.get("mpiexec") or "the mpiexec in this environment's bin/"
+            return (f"this process was started by {launcher}'s mpiexec as one of {launched} ranks, but hvdlite runs "
+                    f"on {_first_line(runtime_version)}, which sees a job of one: every rank would train alone. "
+                    f"Fix: start the job with hvdliterun, or with the mpiexec of the MPI hvdlite was built with "
+                    f"({mpiexec})")
+    return None
