@@ -8,7 +8,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3 python3-venv python3-dev g++ ca-certificates \
+        python3 python3-venv python3-dev g++ \
     && rm -rf /var/lib/apt/lists/*
 ENV VIRTUAL_ENV=/opt/hvdlite/venv PATH=/opt/hvdlite/venv/bin:$PATH PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -3,7 +3,8 @@
 # registry can be reached (as on hvdlite's CI machines): podman and runc from Debian; runc as the runtime (crun fails
 # on some cgroup layouts); default ulimits no higher than this machine's hard limit (raising it may be refused);
 # and debian:bookworm-slim made locally with debootstrap, holding this machine's CA bundle (HTTPS to the package
-# index may pass a proxy that re-signs certificates), so that FROM needs no pull. Idempotent; needs root.
+# index may pass a proxy that re-signs certificates), so that FROM needs no pull. Idempotent (HVDLITE_REMAKE_BASE=1
+# makes the base image again); needs root.
 set -euo pipefail
 base=debian:bookworm-slim
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -34,7 +35,7 @@ if [ ! -f /etc/containers/registries.conf.d/hvdlite.conf ]; then
   echo 'short-name-mode = "disabled"' > /etc/containers/registries.conf.d/hvdlite.conf
 fi
 
-if podman image exists "$base"; then
+if podman image exists "$base" && [ -z "${HVDLITE_REMAKE_BASE:-}" ]; then
   echo "setup-podman: $base is already there"
   exit 0
 fi
@@ -44,8 +45,11 @@ echo "setup-podman: debootstrap bookworm (minbase) from $mirror"
 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
 ca=/etc/ssl/certs/ca-certificates.crt
 if [ -f "$ca" ]; then
-  mkdir -p "$rootfs/etc/ssl/certs"
+  # Both where pip is pointed (PIP_CERT) and where update-ca-certificates, run when a build installs Debian's
+  # ca-certificates, takes local certificates from, so that installing it keeps them.
+  mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/usr/local/share/ca-certificates"
   cp "$ca" "$rootfs/etc/ssl/certs/ca-certificates.crt"
+  cp "$ca" "$rootfs/usr/local/share/ca-certificates/host-bundle.crt"
 fi
 # Like the published slim image: no apt lists or caches, no documentation.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
