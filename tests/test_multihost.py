@@ -149,7 +149,8 @@ def start_looping_job(hosts, job_script, tmp_path, network, mode):
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = []
     deadline = time.monotonic() + 90
-    while sum(line.startswith("LOOPING") for line in lines) < 4:
+    # Counted anywhere in the output: mpiexec may splice two ranks' lines into one.
+    while len(set(re.findall(r"LOOPING (\d+)", "".join(lines)))) < 4:
         line = process.stdout.readline()
         if not line or time.monotonic() > deadline:
             hosts.kill_processes()
