@@ -5,6 +5,8 @@ ElasticSampler neither repeating nor skipping a sample; the launcher's limits an
 damaged commit files (single-rank, in process).
 """
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -124,11 +126,15 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
         state.step = step
         state.weights = state.weights + 1
         state.commit()
-    commits.flush()  # fsynced, and older commits removed, in the background
+        commits.flush()  # on disk, fsynced, and older commits removed, in the background: each before the next
+    memory = commits.memory_directory()
+    assert sorted(os.listdir(memory)) == ["commit-000000000003.pkl"]  # in line, the newest only
     files = sorted(tmp_path.glob("commit-*.pkl"))
     assert [f.name for f in files] == ["commit-000000000002.pkl", "commit-000000000003.pkl"]  # two kept
     sequence, payload = commits.agree_and_load()
     assert sequence == 3 and payload["state"]["step"] == 3
+    # The memory copy outlives the process, not the host: a host that restarts has only its disk.
+    shutil.rmtree(memory)
     data = bytearray(files[-1].read_bytes())
     data[-5] ^= 0xFF  # one flipped byte in the newest commit
     files[-1].write_bytes(bytes(data))
@@ -140,6 +146,67 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
     fresh = ObjectState(step=-1, weights=None)
     fresh.resume(*commits.agree_and_load())
     assert fresh.step == 2 and np.array_equal(fresh.weights, np.arange(4.0) + 2)
+
+
+KILLED_AFTER_COMMIT = """
+import os, signal, numpy as np, hvdlite
+from hvdlite.elastic import ObjectState
+hvdlite.init()
+state = ObjectState(step=0, weights=np.zeros(1 << 20))  # 8 MB: the disk writer is still busy at the kill
+for step in range(1, 6):
+    state.step, state.weights = step, state.weights + 1
+    state.commit()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+RESUME = """
+import os, numpy as np, hvdlite
+from hvdlite.elastic import commits
+hvdlite.init()
+sequence, payload = commits.agree_and_load()
+assert np.all(payload["state"]["weights"] == payload["state"]["step"])
+print("RESUMED", sequence, payload["state"]["step"])
+commits.remove()
+print("LEFT", [folder for folder in (commits.memory_directory(), commits.directory()) if os.path.exists(folder)])
+"""
+
+
+def test_a_rank_killed_right_after_commit_loses_nothing(tmp_path):
+    """The commit is in the host's memory when commit() returns: a SIGKILL then (the disk copy still being
+    written in the background) leaves the newest commit to the next start."""
+    env = {"HVDLITE_ELASTIC_COMMIT_DIR": str(tmp_path)}
+    code, output = run([sys.executable, "-c", KILLED_AFTER_COMMIT], timeout=120, env=env)
+    assert code == -9, output
+    code, output = run([sys.executable, "-c", RESUME], timeout=120, env=env)
+    assert code == 0 and "RESUMED 5 5" in output, output
+    assert "LEFT []" in output, output  # remove() cleared memory and disk
+
+
+def test_a_full_dev_shm_sends_commits_to_disk_in_line(tmp_path, monkeypatch):
+    """Where the memory folder has no room (a container's small /dev/shm), commits go to disk in line, with a
+    message once. A 64 kB tmpfs stands in for the full /dev/shm (needs root, as the multi-host tests do)."""
+    small = tmp_path / "shm"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], capture_output=True,
+                             text=True)
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        code, output = run([sys.executable, "-c", f"""
+import numpy as np, hvdlite
+from hvdlite.elastic import ObjectState, commits
+commits.MEMORY_ROOT = {str(small)!r}
+hvdlite.init()
+state = ObjectState(step=0, weights=np.zeros(1 << 17))  # 1 MB
+for step in (1, 2):
+    state.step = step
+    state.commit()
+print("ON DISK", sorted(p.split("/")[-1] for p in commits._commit_files(commits.directory())))
+print("NEWEST", commits.agree_and_load()[0])
+"""], timeout=120, env={"HVDLITE_ELASTIC_COMMIT_DIR": str(tmp_path / "disk")})
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert code == 0, output
+    assert output.count("cannot keep commits in") == 1 and "writing them to disk in line instead" in output, output
+    assert "ON DISK ['commit-000000000001.pkl', 'commit-000000000002.pkl']" in output and "NEWEST 2" in output
 
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):

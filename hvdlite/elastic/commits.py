@@ -1,14 +1,21 @@
-"""Committed states on each host's local disk, and agreeing on the newest one when a job starts again.
+"""Committed states on every host, in its memory and on its disk, and agreeing on the newest one when a job
+starts again.
 
-Every host keeps the commits of the job in one directory (HVDLITE_ELASTIC_COMMIT_DIR, default
-``<tmp>/hvdlite-elastic-<job>``): its first rank writes each commit as ``commit-<sequence>.pkl`` by writing a
-temporary file and renaming it over the name, so a reader sees a whole commit or none. From the rename on, the
-commit survives the death of any process (the kernel holds it); a background thread then fsyncs the file and the
-directory, which makes it survive the host's power too, and only after that removes older commits: the newest
-two are kept, the older one fsynced, for a newest one torn by a power loss. (An fsync takes the time of several
-small training steps: done in line, it would make a commit slower than a step.) A commit starts with a magic and
-the SHA-256 of its content: one damaged on disk is skipped for the one before it. Any host's copy is enough to
-resume: losing a host, rank 0's included, loses nothing committed.
+The first rank of each host keeps the job's commits in two places:
+- in memory: ``commit-<sequence>.pkl`` in a folder under /dev/shm, written in line by ``commit()`` (a temporary
+  file renamed over the name, so a reader sees a whole commit or none). Kept by the kernel, it outlives every
+  process of the job: a rank killed right after ``commit()`` returned loses nothing. It costs a memory copy,
+  which keeps a commit below a training step even for models whose steps are little more than one pass over
+  their parameters. Only the newest is kept.
+- on disk: the same commit in the commit directory (HVDLITE_ELASTIC_COMMIT_DIR, default
+  ``<tmp>/hvdlite-elastic-<job>``), written by a background thread with the SHA-256 of its content and fsynced
+  (file and directory), so that a host that restarts, its memory copy gone, still holds it. The thread writes
+  the newest commit it has whenever it is free: one made while it was busy replaces the one waiting, so a job
+  committing faster than its disk keeps only every few commits on disk (all of them in memory). Older disk
+  commits go only once a newer one is durable; the newest two are kept, for a newest one damaged on disk (a
+  wrong checksum or length: it is reported and skipped).
+Where /dev/shm is missing or full, commits go to disk in line instead. A restart takes the newest intact commit
+that any host holds, in memory or on disk: losing a host, rank 0's included, loses nothing committed.
 """
 import glob
 import hashlib
@@ -26,8 +33,10 @@ import numpy as np
 from hvdlite import basics, config, ops
 from hvdlite.process_sets import global_process_set
 from hvdlite.run.elastic import JOB_VARIABLE
-KEEP = 2  # the newest commits kept per host: one to fall back to if the newest is damaged
-MAGIC = b"HVDLCMT1"
+KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
+MAGIC = b"HVDLCMT1"         # disk: magic, SHA-256 of the body, body
+MEMORY_MAGIC = b"HVDLMEM1"  # memory: magic, the body's length, body
+MEMORY_ROOT = "/dev/shm"
 
 
 def directory(environ=os.environ):
@@ -40,30 +49,40 @@ def directory(environ=os.environ):
     return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
 
 
+def memory_directory(environ=os.environ):
+    """This job's folder in this host's memory (None where there is no /dev/shm): one per commit directory."""
+    if not os.path.isdir(MEMORY_ROOT) or not os.access(MEMORY_ROOT, os.W_OK):
+        return None
+    key = hashlib.sha1(os.path.abspath(directory(environ)).encode()).hexdigest()[:16]
+    return os.path.join(MEMORY_ROOT, f"hvdlite-elastic-{key}")
+
+
 def writes_here():
     """Whether this rank writes its host's copy (one writer per host: the ranks of a host hold the same state)."""
     return basics.local_rank() == 0
 
 
-class _Syncer:
-    """The background thread that fsyncs each written commit and its directory, then removes older commits. At
-    most one commit waits for it: the next write first waits for the previous commit's fsync."""
+class _DiskWriter:
+    """The background thread that puts commits on disk: writes the newest one handed to it (with its checksum),
+    fsyncs it and its directory, then removes older disk commits. It holds at most one waiting commit: a newer
+    one replaces it (the snapshot's memory is freed then, so memory stays bounded)."""
 
     def __init__(self):
         self._condition = threading.Condition()
-        self._pending = None  # (path, folder) of the commit not yet fsynced
+        self._waiting = None  # (sequence, parts) not yet started
+        self._busy = False
         self._error = None
-        threading.Thread(target=self._run, name="hvdlite-commit-sync", daemon=True).start()
+        threading.Thread(target=self._run, name="hvdlite-commit-disk", daemon=True).start()
 
-    def submit(self, path, folder):
+    def submit(self, sequence, parts):
         with self._condition:
-            self._pending = (path, folder)
+            self._waiting = (sequence, parts)
             self._condition.notify_all()
 
     def wait(self):
-        """Until the submitted commit is durable; raises what its fsync raised."""
+        """Until every commit handed over is on disk and durable; raises what writing it raised."""
         with self._condition:
-            self._condition.wait_for(lambda: self._pending is None)
+            self._condition.wait_for(lambda: self._waiting is None and not self._busy)
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -71,40 +90,76 @@ class _Syncer:
     def _run(self):
         while True:
             with self._condition:
-                self._condition.wait_for(lambda: self._pending is not None)
-                path, folder = self._pending
+                self._condition.wait_for(lambda: self._waiting is not None)
+                (sequence, parts), self._waiting = self._waiting, None
+                self._busy = True
             try:
-                _fsync(path)
-                _fsync(folder)  # the rename
-                for older in sorted(_commit_files(folder))[:-KEEP]:
-                    os.unlink(older)
+                write_to_disk(sequence, parts)
             except OSError as error:
                 with self._condition:
                     self._error = error
             with self._condition:
-                self._pending = None
+                self._busy = False
                 self._condition.notify_all()
 
 
-_syncer = None
+_writer = None
+_memory_failed = False  # /dev/shm refused a commit once (full): commits go to disk in line from then on
 
 
 def write(sequence, payload):
-    """Stores commit ``sequence`` (a picklable object) atomically, fsynced in the background; returns its path."""
-    global _syncer
-    _syncer = _syncer or _Syncer()
-    _syncer.wait()  # the previous commit is durable, and older ones are gone
+    """Stores commit ``sequence`` (a picklable object whose arrays nobody changes afterwards: a saved copy) in this
+    host's memory, in line, and hands it to the background thread for the disk; returns the memory copy's path
+    (the disk copy's where there is no memory copy)."""
+    global _writer, _memory_failed
+    parts = encode(payload)
+    folder = memory_directory()
+    if folder is not None and not _memory_failed:
+        try:
+            path = _write_to_memory(folder, sequence, parts)
+        except OSError as error:
+            _memory_failed = True
+            print(f"[hvdlite rank {basics.rank()}] elastic: cannot keep commits in {folder} ({error}); writing "
+                  f"them to disk in line instead", file=sys.stderr, flush=True)
+        else:
+            _writer = _writer or _DiskWriter()
+            _writer.submit(sequence, parts)
+            return path
+    flush()
+    return write_to_disk(sequence, parts)
+
+
+def _write_to_memory(folder, sequence, parts):
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
+    _write_atomically(folder, final, [MEMORY_MAGIC + struct.pack("<Q", sum(_length(p) for p in parts)), *parts])
+    for older in _commit_files(folder):
+        if older != final:
+            os.unlink(older)
+    return final
+
+
+def write_to_disk(sequence, parts):
+    """Writes commit ``sequence`` to the commit directory, fsyncs it and the directory, then removes the disk
+    commits older than the newest KEEP; returns its path."""
     folder = directory()
     os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    _write_atomically(folder, final, [MAGIC + digest.digest(), *parts])
+    _fsync(final)
+    _fsync(folder)  # the rename
+    for older in sorted(_commit_files(folder))[:-KEEP]:
+        os.unlink(older)
+    return final
+
+
+def _write_atomically(folder, final, parts):
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".commit-", suffix=".partial")
     try:
-        parts = encode(payload)
-        digest = hashlib.sha256()
-        for part in parts:
-            digest.update(part)
         with os.fdopen(handle, "wb") as stream:
-            stream.write(MAGIC + digest.digest())
             for part in parts:
                 stream.write(part)
         os.replace(temporary, final)
@@ -112,8 +167,10 @@ def write(sequence, payload):
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
-    _syncer.submit(final, folder)
-    return final
+
+
+def _length(part):
+    return part.nbytes if isinstance(part, memoryview) else len(part)
 
 
 def encode(payload):
@@ -143,9 +200,10 @@ def decode(body):
 
 
 def flush():
-    """Waits until the last commit written here is durable (before a job removes its commits, and in tests)."""
-    if _syncer is not None:
-        _syncer.wait()
+    """Waits until every commit written here is on disk and durable (before a job removes its commits, and in
+    tests)."""
+    if _writer is not None:
+        _writer.wait()
 
 
 def _fsync(path):
@@ -160,28 +218,37 @@ def _commit_files(folder):
     return glob.glob(os.path.join(folder, "commit-*.pkl"))
 
 
+def _sequence_of(path):
+    return int(os.path.basename(path)[len("commit-"):-len(".pkl")])
+
+
 def read_verified(path):
-    """The body of a commit file (``decode`` reads it), or None when it is damaged (wrong magic, checksum or
-    length)."""
+    """The body of a commit file, disk or memory (``decode`` reads it), or None when it is damaged: a wrong magic,
+    checksum (disk) or length (memory)."""
     try:
         with open(path, "rb") as stream:
             content = stream.read()
     except OSError:
         return None
-    header = len(MAGIC) + 32
-    if len(content) < header or not content.startswith(MAGIC):
-        return None
-    data = content[header:]
-    return data if hashlib.sha256(data).digest() == content[len(MAGIC):header] else None
+    if content.startswith(MAGIC) and len(content) >= len(MAGIC) + 32:
+        data = content[len(MAGIC) + 32:]
+        return data if hashlib.sha256(data).digest() == content[len(MAGIC):len(MAGIC) + 32] else None
+    if content.startswith(MEMORY_MAGIC) and len(content) >= len(MEMORY_MAGIC) + 8:
+        (length,) = struct.unpack_from("<Q", content, len(MEMORY_MAGIC))
+        data = content[len(MEMORY_MAGIC) + 8:]
+        return data if len(data) == length else None
+    return None
 
 
 def newest_here():
-    """(sequence, body) of this host's newest intact commit, or (-1, None); damaged ones are reported and
-    skipped."""
-    for path in sorted(_commit_files(directory()), reverse=True):
+    """(sequence, body) of this host's newest intact commit, in memory or on disk, or (-1, None); damaged ones
+    are reported and skipped."""
+    folders = [folder for folder in (memory_directory(), directory()) if folder]
+    paths = [path for folder in folders for path in _commit_files(folder)]
+    for path in sorted(paths, key=_sequence_of, reverse=True):
         data = read_verified(path)
         if data is not None:
-            return int(os.path.basename(path)[len("commit-"):-len(".pkl")]), data
+            return _sequence_of(path), data
         print(f"[hvdlite rank {basics.rank()}] elastic: commit {path} is damaged; using an older one",
               file=sys.stderr, flush=True)
     return -1, None
@@ -203,6 +270,8 @@ def agree_and_load():
 
 
 def remove():
-    """Deletes this host's commits (a finished job cleans up after itself)."""
+    """Deletes this host's commits, in memory and on disk (a finished job cleans up after itself)."""
     flush()
-    shutil.rmtree(directory(), ignore_errors=True)
+    for folder in (memory_directory(), directory()):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,7 @@
 """State objects: what a job commits, restores after a failure, and synchronises when ranks change.
 
-As in Horovod, ``commit()`` saves a copy in memory and then checks for host changes; here it also writes the copy
-to every host's disk (commits.py), since a failure ends the processes. ``restore()`` goes back to the last
+As in Horovod, ``commit()`` saves a copy in memory and then checks for host changes; here it also keeps the copy
+in every host's memory outside the processes and on its disk (commits.py), since a failure ends the processes. ``restore()`` goes back to the last
 commit in memory, ``sync()`` makes every rank hold rank 0's state, and the reset callbacks run when a job
 resumes on a different number of ranks. Subclasses provide ``save``/``restore``/``sync`` for their objects and
 ``snapshot``/``load_snapshot`` for the copy that goes to disk.
@@ -36,7 +36,7 @@ class State:
         """Horovod's hook for host changes; nothing to do here: the job restarts on the new hosts."""
 
     def commit(self):
-        """Saves the state in memory and on every host's disk, then checks for host changes (HostsUpdatedInterrupt
+        """Saves the state in memory and on every host (commits.py), then checks for host changes (HostsUpdatedInterrupt
         on every rank if they did: the job restarts on the new hosts from this commit)."""
         self.save()
         self._sequence += 1
