@@ -128,7 +128,8 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
         state.commit()
         commits.flush()  # on disk, fsynced, and older commits removed, in the background: each before the next
     memory = commits.memory_directory()
-    assert sorted(os.listdir(memory)) == ["commit-000000000003.pkl"]  # in line, the newest only
+    assert sorted(os.listdir(memory)) == ["slot-0", "slot-1"]  # in line: commits 2 and 3
+    assert [commits.read_memory_slot(os.path.join(memory, f"slot-{i}"))[0] for i in (0, 1)] == [2, 3]
     files = sorted(tmp_path.glob("commit-*.pkl"))
     assert [f.name for f in files] == ["commit-000000000002.pkl", "commit-000000000003.pkl"]  # two kept
     sequence, payload = commits.agree_and_load()

@@ -2,16 +2,17 @@
 starts again.
 
 The first rank of each host keeps the job's commits in two places:
-- in memory: ``commit-<sequence>.pkl`` in a folder under /dev/shm, written in line by ``commit()`` (a temporary
-  file renamed over the name, so a reader sees a whole commit or none). Kept by the kernel, it outlives every
-  process of the job: a rank killed right after ``commit()`` returned loses nothing. It costs a memory copy,
-  which keeps a commit below a training step even for models whose steps are little more than one pass over
-  their parameters. Only the newest is kept.
+- in memory: two slot files in a folder under /dev/shm, written in line by ``commit()``, each commit into the
+  slot of the commit before the last, whose pages are reused: its header is cleared, the commit written, and the
+  header (magic, sequence, length) written last, so a slot holds a whole commit or is skipped. Kept by the
+  kernel, the slots outlive every process of the job: a rank killed right after ``commit()`` returned loses
+  nothing. A commit costs one memory copy there.
 - on disk: the same commit in the commit directory (HVDLITE_ELASTIC_COMMIT_DIR, default
   ``<tmp>/hvdlite-elastic-<job>``), written by a background thread with the SHA-256 of its content and fsynced
   (file and directory), so that a host that restarts, its memory copy gone, still holds it. The thread writes
-  the newest commit it has whenever it is free: one made while it was busy replaces the one waiting, so a job
-  committing faster than its disk keeps only every few commits on disk (all of them in memory). Older disk
+  the newest commit it has, at most once every DISK_INTERVAL seconds: a commit made meanwhile replaces the one
+  waiting, so a loop committing every step keeps every commit in memory and one a second on disk, and the
+  thread takes little of the CPU the training needs. Older disk
   commits go only once a newer one is durable; the newest two are kept, for a newest one damaged on disk (a
   wrong checksum or length: it is reported and skipped).
 Where /dev/shm is missing or full, commits go to disk in line instead. A restart takes the newest intact commit
@@ -35,8 +36,10 @@ from hvdlite.process_sets import global_process_set
 from hvdlite.run.elastic import JOB_VARIABLE
 KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
 MAGIC = b"HVDLCMT1"         # disk: magic, SHA-256 of the body, body
-MEMORY_MAGIC = b"HVDLMEM1"  # memory: magic, the body's length, body
+MEMORY_MAGIC = b"HVDLMEM1"  # memory slot: magic, sequence, the body's length, body
+MEMORY_HEADER = struct.Struct("<8sQQ")
 MEMORY_ROOT = "/dev/shm"
+DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
 
 
 def directory(environ=os.environ):
@@ -71,6 +74,7 @@ class _DiskWriter:
         self._condition = threading.Condition()
         self._waiting = None  # (sequence, parts) not yet started
         self._busy = False
+        self._flushing = 0  # threads waiting in wait(): the pause between writes is skipped
         self._error = None
         threading.Thread(target=self._run, name="hvdlite-commit-disk", daemon=True).start()
 
@@ -82,7 +86,10 @@ class _DiskWriter:
     def wait(self):
         """Until every commit handed over is on disk and durable; raises what writing it raised."""
         with self._condition:
+            self._flushing += 1
+            self._condition.notify_all()
             self._condition.wait_for(lambda: self._waiting is None and not self._busy)
+            self._flushing -= 1
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -101,6 +108,8 @@ class _DiskWriter:
             with self._condition:
                 self._busy = False
                 self._condition.notify_all()
+                # Paced, unless someone waits (flush): newer commits meanwhile replace the waiting one.
+                self._condition.wait_for(lambda: self._flushing, timeout=DISK_INTERVAL)
 
 
 _writer = None
@@ -129,14 +138,28 @@ def write(sequence, payload):
     return write_to_disk(sequence, parts)
 
 
+_slots = {}  # path -> open descriptor of a memory slot, kept open for the job
+
+
+def _slot_paths(folder):
+    return [os.path.join(folder, f"slot-{index}") for index in (0, 1)]
+
+
 def _write_to_memory(folder, sequence, parts):
-    os.makedirs(folder, exist_ok=True)
-    final = os.path.join(folder, f"commit-{sequence:012d}.pkl")
-    _write_atomically(folder, final, [MEMORY_MAGIC + struct.pack("<Q", sum(_length(p) for p in parts)), *parts])
-    for older in _commit_files(folder):
-        if older != final:
-            os.unlink(older)
-    return final
+    path = _slot_paths(folder)[sequence % 2]
+    descriptor = _slots.get(path)
+    if descriptor is None:
+        os.makedirs(folder, exist_ok=True)
+        descriptor = _slots[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    length = sum(_length(part) for part in parts)
+    os.pwrite(descriptor, bytes(MEMORY_HEADER.size), 0)  # this slot no longer holds a commit
+    # Grown first (ENOSPC here, where /dev/shm is full, rather than a short write later); never shrunk: the
+    # header tells the length, and the pages stay for the next commit of this size.
+    if os.fstat(descriptor).st_size < MEMORY_HEADER.size + length:
+        os.posix_fallocate(descriptor, 0, MEMORY_HEADER.size + length)
+    _pwrite_all(descriptor, parts, MEMORY_HEADER.size)
+    os.pwrite(descriptor, MEMORY_HEADER.pack(MEMORY_MAGIC, sequence, length), 0)
+    return path
 
 
 def write_to_disk(sequence, parts):
@@ -167,6 +190,21 @@ def _write_atomically(folder, final, parts):
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _pwrite_all(descriptor, parts, offset):
+    """Writes parts one after the other from offset: as few calls as the kernel's vector limit allows, and on
+    after a short write."""
+    views = [memoryview(part).cast("B") for part in parts if _length(part)]
+    limit = os.sysconf("SC_IOV_MAX")
+    while views:
+        written = os.pwritev(descriptor, views[:limit], offset)
+        offset += written
+        while views and written >= views[0].nbytes:
+            written -= views[0].nbytes
+            views.pop(0)
+        if written:
+            views[0] = views[0][written:]
 
 
 def _length(part):
@@ -223,35 +261,47 @@ def _sequence_of(path):
 
 
 def read_verified(path):
-    """The body of a commit file, disk or memory (``decode`` reads it), or None when it is damaged: a wrong magic,
-    checksum (disk) or length (memory)."""
+    """The body of a disk commit (``decode`` reads it), or None when it is damaged: a wrong magic or checksum."""
     try:
         with open(path, "rb") as stream:
             content = stream.read()
     except OSError:
         return None
-    if content.startswith(MAGIC) and len(content) >= len(MAGIC) + 32:
-        data = content[len(MAGIC) + 32:]
-        return data if hashlib.sha256(data).digest() == content[len(MAGIC):len(MAGIC) + 32] else None
-    if content.startswith(MEMORY_MAGIC) and len(content) >= len(MEMORY_MAGIC) + 8:
-        (length,) = struct.unpack_from("<Q", content, len(MEMORY_MAGIC))
-        data = content[len(MEMORY_MAGIC) + 8:]
-        return data if len(data) == length else None
-    return None
+    header = len(MAGIC) + 32
+    if len(content) < header or not content.startswith(MAGIC):
+        return None
+    data = content[header:]
+    return data if hashlib.sha256(data).digest() == content[len(MAGIC):header] else None
+
+
+def read_memory_slot(path):
+    """(sequence, body) of a memory slot, or None when it holds no whole commit."""
+    try:
+        with open(path, "rb") as stream:
+            magic, sequence, length = MEMORY_HEADER.unpack(stream.read(MEMORY_HEADER.size))
+            if magic != MEMORY_MAGIC:
+                return None
+            data = stream.read(length)
+    except (OSError, struct.error):
+        return None
+    return (sequence, data) if len(data) == length else None
 
 
 def newest_here():
-    """(sequence, body) of this host's newest intact commit, in memory or on disk, or (-1, None); damaged ones
-    are reported and skipped."""
-    folders = [folder for folder in (memory_directory(), directory()) if folder]
-    paths = [path for folder in folders for path in _commit_files(folder)]
-    for path in sorted(paths, key=_sequence_of, reverse=True):
+    """(sequence, body) of this host's newest intact commit, in memory or on disk, or (-1, None); damaged disk
+    commits are reported and skipped."""
+    folder = memory_directory()
+    slots = [read_memory_slot(path) for path in _slot_paths(folder)] if folder else []
+    newest = max((slot for slot in slots if slot), default=(-1, None), key=lambda slot: slot[0])
+    for path in sorted(_commit_files(directory()), key=_sequence_of, reverse=True):
+        if _sequence_of(path) <= newest[0]:
+            break
         data = read_verified(path)
         if data is not None:
             return _sequence_of(path), data
         print(f"[hvdlite rank {basics.rank()}] elastic: commit {path} is damaged; using an older one",
               file=sys.stderr, flush=True)
-    return -1, None
+    return newest
 
 
 def agree_and_load():
@@ -272,6 +322,9 @@ def agree_and_load():
 def remove():
     """Deletes this host's commits, in memory and on disk (a finished job cleans up after itself)."""
     flush()
+    for descriptor in _slots.values():
+        os.close(descriptor)
+    _slots.clear()
     for folder in (memory_directory(), directory()):
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
