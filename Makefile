@@ -134,8 +134,13 @@ $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 	$(PIP) install tensorflow-cpu
 	@touch $@
 
+# The real NCCL (its wheel), for the GPU loader's tests on this machine without a GPU (tests/test_gpu_libraries.py).
+$(STAMPS)/nccl: | $(STAMPS)/mpi
+	$(PIP) install nvidia-nccl-cu12
+	@touch $@
+
 # Editable and without build isolation: the build uses this venv's MPICH, and a rebuild needs no fresh environment.
-$(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/tensorflow
+$(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/tensorflow $(STAMPS)/nccl
 	$(PIP) install --no-build-isolation -e '.[test]'
 	@touch $@
 

@@ -14,11 +14,12 @@ ENV VIRTUAL_ENV=/opt/hvdlite/venv PATH=/opt/hvdlite/venv/bin:$PATH PIP_NO_CACHE_
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv $VIRTUAL_ENV
 ARG PIP_CERT
-# PyPI's torch is the CUDA build; its nvidia-* dependencies hold the CUDA runtime libraries and NCCL.
+# PyPI's torch is the CUDA 13 build; its nvidia-* dependencies hold the CUDA runtime libraries and NCCL (the
+# cuda13 extra asks for the same NCCL wheel).
 ARG TORCH_REQUIREMENT=torch==2.13.0
 RUN pip install --no-cache-dir "$TORCH_REQUIREMENT" scikit-learn
 COPY . /src
-RUN pip install "/src[cuda12]" \
+RUN pip install "/src[cuda13]" \
     && mkdir -p /opt/hvdlite/examples && cp /src/examples/*.py /opt/hvdlite/examples/ \
     && find $VIRTUAL_ENV -name __pycache__ -prune -exec rm -rf {} +
 

@@ -179,6 +179,9 @@ SETTINGS = (
     Setting("elastic_commit_dir", "HVDLITE_ELASTIC_COMMIT_DIR", None, "", "path", _parse_text,
             "Where each host keeps an elastic job's commits (hvdlite.elastic); {host} stands for the host's name",
             flag="--elastic-commit-dir", default_text="(tmp)/hvdlite-elastic-JOB"),
+    Setting("nccl_library", "HVDLITE_NCCL_LIBRARY", None, "", "path", _parse_text,
+            "The NCCL library to load (libnccl.so.2), instead of looking for one (hvdlite.gpu_status())",
+            default_text="(searched)"),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -9,6 +9,7 @@ from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_b
                             mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                             size, start_timeline, stop_timeline)
 from hvdlite.errors import HorovodInternalError  # noqa: F401
+from hvdlite.gpu import gpu_status  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                   remove_process_set)
 

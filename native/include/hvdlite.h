@@ -193,6 +193,22 @@ int hvdlite_stop_timeline(void);
 /* Copies the last log line the core wrote at warning level or above (for tests); returns its length. */
 int hvdlite_last_warning(char *buffer, int buffer_len);
 
+/* GPU libraries: the CUDA driver (libcuda.so.1) and NCCL (libnccl.so.2), opened at run time, never needed to
+ * build or import hvdlite. The first call loads them (later calls report that first result): NCCL from
+ * nccl_library alone when it is non-empty, else a copy already loaded in the process, the folders of
+ * nccl_search_dirs (':'-separated), and the default search. Reasons say why something was not loaded. */
+typedef struct hvdlite_gpu_status {
+  int32_t driver_loaded; /* opened, every function found, cuInit succeeded */
+  int32_t device_count;
+  int32_t nccl_loaded;   /* opened and every function found */
+  int32_t nccl_version;  /* ncclGetVersion's code */
+  char nccl_version_text[32];
+  char driver_reason[512];
+  char nccl_path[1024];
+  char nccl_reason[4096];
+} hvdlite_gpu_status;
+void hvdlite_gpu_load(const char *nccl_library, const char *nccl_search_dirs, hvdlite_gpu_status *status);
+
 #ifdef __cplusplus
 }
 #endif

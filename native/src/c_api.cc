@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core.h"
+#include "gpu/gpu_libraries.h"
 #include "hvdlite.h"
 #include "logging.h"
 
@@ -271,6 +272,27 @@ int hvdlite_last_warning(char *buffer, int buffer_len) {
   std::string w = LastWarning();
   CopyError(w, buffer, buffer_len);
   return static_cast<int>(w.size());
+}
+
+void hvdlite_gpu_load(const char *nccl_library, const char *nccl_search_dirs, hvdlite_gpu_status *status) {
+  gpu::NcclSearch search;
+  search.explicit_path = OrEmpty(nccl_library);
+  std::string folders = OrEmpty(nccl_search_dirs);
+  for (size_t start = 0; start <= folders.size();) {
+    size_t end = std::min(folders.find(':', start), folders.size());
+    if (end > start) search.folders.push_back(folders.substr(start, end - start));
+    start = end + 1;
+  }
+  const gpu::LoadStatus &loaded = gpu::LoadGpuLibraries(search);
+  status->driver_loaded = loaded.driver_loaded;
+  status->device_count = loaded.device_count;
+  status->nccl_loaded = loaded.nccl_loaded;
+  status->nccl_version = loaded.nccl_version;
+  CopyError(loaded.nccl_loaded ? gpu::NcclVersionText(loaded.nccl_version) : "", status->nccl_version_text,
+            sizeof(status->nccl_version_text));
+  CopyError(loaded.driver_reason, status->driver_reason, sizeof(status->driver_reason));
+  CopyError(loaded.nccl_path, status->nccl_path, sizeof(status->nccl_path));
+  CopyError(loaded.nccl_reason, status->nccl_reason, sizeof(status->nccl_reason));
 }
 
 }  // extern "C"
