@@ -27,7 +27,9 @@ struct NcclSearch {
   std::vector<std::string> folders;
 };
 
-// Loads on the first call; later calls return that first result (one NCCL per process).
+// Loads on the first call; later calls return that first result (one NCCL per process). It may run on any
+// thread: of NCCL it calls only ncclGetVersion, a query that starts nothing (collectives stay on the background
+// thread).
 const LoadStatus &LoadGpuLibraries(const NcclSearch &search);
 // The functions, valid once LoadGpuLibraries says driver_loaded / nccl_loaded.
 const CudaDriverFunctions &Driver();
