@@ -93,7 +93,8 @@ test-image-cpu: image-cpu
 # The CUDA image where there is no GPU: hvdlite imports, reports no NCCL, and the example trains on the CPU path.
 test-image-cuda: image-cuda
 	$(CONTAINER) run --rm --network none hvdlite:cuda python -c 'import torch, hvdlite.torch as hvd; \
-		print("cuda available:", torch.cuda.is_available(), "nccl_built:", hvd.nccl_built())'
+		print("cuda available:", torch.cuda.is_available(), "nccl_built:", hvd.nccl_built()); \
+		print("gpu_status:", hvd.gpu_status())'
 	$(CONTAINER) run --rm --network none hvdlite:cuda
 
 demo: native
