@@ -149,6 +149,40 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
     assert fresh.step == 2 and np.array_equal(fresh.weights, np.arange(4.0) + 2)
 
 
+@pytest.mark.ranks(1)
+def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
+    """The rank that writes its host's memory copy keeps no second copy: restore() reads that one back."""
+    import torch
+    import hvdlite.torch as hvd
+    from hvdlite.elastic import commits
+    monkeypatch.setenv("HVDLITE_ELASTIC_COMMIT_DIR", str(tmp_path))
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    state = hvd.elastic.TorchState(model, optimizer, epoch=3)
+
+    def train_step():
+        optimizer.zero_grad()
+        model(torch.randn(5, 8)).square().sum().backward()
+        optimizer.step()
+
+    train_step()
+    state.commit()
+    assert commits.keeps_in_memory() and state._saved_sequence == 1 and state._saved_model is None
+    committed = {k: v.clone() for k, v in model.state_dict().items()}
+    momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    train_step()
+    state.epoch = 4
+    state.restore()
+    assert state.epoch == 3
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, committed[name]), name
+    for p, buffer in zip(model.parameters(), momentum):
+        assert torch.equal(optimizer.state[p]["momentum_buffer"], buffer)
+    commits.remove()
+
+
 KILLED_AFTER_COMMIT = """
 import os, signal, numpy as np, hvdlite
 from hvdlite.elastic import ObjectState

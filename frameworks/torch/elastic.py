@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from hvdlite import basics
-from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run  # noqa: F401
+from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, commits, run  # noqa: F401
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
@@ -121,9 +121,11 @@ class TorchState(ObjectState):
             setattr(self, name, sampler)
         self._saved_model = self._saved_optimizer = None
         self._saved_samplers = {}
+        self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
     def save(self):
+        self._saved_sequence = None
         if self.model is not None:
             self._saved_model = _cpu_copy(self.model.state_dict())
         if self.optimizer is not None:
@@ -132,6 +134,8 @@ class TorchState(ObjectState):
         super().save()
 
     def restore(self):
+        if self._saved_sequence is not None:
+            self._take_saved(commits.read_memory(self._saved_sequence)["state"])
         if self.model is not None and self._saved_model is not None:
             self.model.load_state_dict(self._saved_model)
         if self.optimizer is not None and self._saved_optimizer is not None:
@@ -153,9 +157,25 @@ class TorchState(ObjectState):
         return {"model": _as_arrays(self._saved_model), "optimizer": _as_arrays(self._saved_optimizer),
                 "samplers": self._saved_samplers, "values": super().snapshot()}
 
+    def live_snapshot(self):
+        def live(state_dict):
+            return _as_arrays(_map_tensors(state_dict, lambda x: x.detach().cpu() if torch.is_tensor(x) else x))
+        return {"model": live(self.model.state_dict()) if self.model is not None else None,
+                "optimizer": live(self.optimizer.state_dict()) if self.optimizer is not None else None,
+                "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
+                "values": {name: getattr(self, name) for name in self._saved_state}}
+
+    def saved_in_memory(self, sequence):
+        self._saved_sequence = sequence
+
     def load_snapshot(self, snapshot):
+        self._take_saved(snapshot)
+        self.restore()
+
+    def _take_saved(self, snapshot):
+        """Makes snapshot (as snapshot() returns it) the saved copy, without applying it."""
+        self._saved_sequence = None
         self._saved_model = _as_tensors(snapshot["model"])
         self._saved_optimizer = _as_tensors(snapshot["optimizer"])
         self._saved_samplers = snapshot["samplers"]
-        super().load_snapshot(snapshot["values"])
-        self.restore()
+        self._saved_state = dict(snapshot["values"])

@@ -32,6 +32,7 @@ import threading
 import numpy as np
 
 from hvdlite import basics, config, ops
+from hvdlite.errors import HorovodInternalError
 from hvdlite.process_sets import global_process_set
 from hvdlite.run.elastic import JOB_VARIABLE
 KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
@@ -66,21 +67,21 @@ def writes_here():
 
 
 class _DiskWriter:
-    """The background thread that puts commits on disk: writes the newest one handed to it (with its checksum),
-    fsyncs it and its directory, then removes older disk commits. It holds at most one waiting commit: a newer
-    one replaces it (the snapshot's memory is freed then, so memory stays bounded)."""
+    """The background thread that puts commits on disk: copies the newest memory slot handed to it to disk (with its
+    checksum), fsyncs it and its directory, then removes older disk commits. At most one slot waits for it: a
+    newer one replaces it."""
 
     def __init__(self):
         self._condition = threading.Condition()
-        self._waiting = None  # (sequence, parts) not yet started
+        self._waiting = None  # (sequence, memory slot path) not yet started
         self._busy = False
         self._flushing = 0  # threads waiting in wait(): the pause between writes is skipped
         self._error = None
         threading.Thread(target=self._run, name="hvdlite-commit-disk", daemon=True).start()
 
-    def submit(self, sequence, parts):
+    def submit(self, sequence, path):
         with self._condition:
-            self._waiting = (sequence, parts)
+            self._waiting = (sequence, path)
             self._condition.notify_all()
 
     def wait(self):
@@ -98,10 +99,14 @@ class _DiskWriter:
         while True:
             with self._condition:
                 self._condition.wait_for(lambda: self._waiting is not None)
-                (sequence, parts), self._waiting = self._waiting, None
+                (sequence, path), self._waiting = self._waiting, None
                 self._busy = True
             try:
-                write_to_disk(sequence, parts)
+                # From the memory slot, which holds a copy nobody changes: the snapshot handed to write() may be
+                # a view of the live state. A slot already reused for a newer commit is skipped.
+                slot = read_memory_slot(path)
+                if slot is not None and slot[0] == sequence:
+                    write_to_disk(sequence, [slot[1]])
             except OSError as error:
                 with self._condition:
                     self._error = error
@@ -116,10 +121,15 @@ _writer = None
 _memory_failed = False  # /dev/shm refused a commit once (full): commits go to disk in line from then on
 
 
+def keeps_in_memory():
+    """Whether commits go to this host's memory (else to disk in line)."""
+    return memory_directory() is not None and not _memory_failed
+
+
 def write(sequence, payload):
-    """Stores commit ``sequence`` (a picklable object whose arrays nobody changes afterwards: a saved copy) in this
-    host's memory, in line, and hands it to the background thread for the disk; returns the memory copy's path
-    (the disk copy's where there is no memory copy)."""
+    """Stores commit ``sequence`` (a picklable object; its arrays may be the live state's, which is copied before
+    this returns) in this host's memory, in line, and has the background thread copy it to disk. Returns True when
+    it is in memory (read_memory gives it back), False when it went to disk in line instead."""
     global _writer, _memory_failed
     parts = encode(payload)
     folder = memory_directory()
@@ -132,10 +142,21 @@ def write(sequence, payload):
                   f"them to disk in line instead", file=sys.stderr, flush=True)
         else:
             _writer = _writer or _DiskWriter()
-            _writer.submit(sequence, parts)
-            return path
+            _writer.submit(sequence, path)
+            return True
     flush()
-    return write_to_disk(sequence, parts)
+    write_to_disk(sequence, parts)
+    return False
+
+
+def read_memory(sequence):
+    """The payload of commit ``sequence`` from this host's memory (one of the two newest there)."""
+    folder = memory_directory()
+    for path in _slot_paths(folder) if folder else ():
+        slot = read_memory_slot(path)
+        if slot is not None and slot[0] == sequence:
+            return decode(slot[1])
+    raise HorovodInternalError(f"elastic: commit {sequence} is no longer in {folder}")
 
 
 _slots = {}  # path -> open descriptor of a memory slot, kept open for the job
@@ -275,13 +296,18 @@ def read_verified(path):
 
 
 def read_memory_slot(path):
-    """(sequence, body) of a memory slot, or None when it holds no whole commit."""
+    """(sequence, body) of a memory slot, or None when it holds no whole commit: the header is read before and
+    after the body, so a slot rewritten meanwhile (its header cleared first) is never taken for the one it was."""
     try:
         with open(path, "rb") as stream:
-            magic, sequence, length = MEMORY_HEADER.unpack(stream.read(MEMORY_HEADER.size))
+            header = stream.read(MEMORY_HEADER.size)
+            magic, sequence, length = MEMORY_HEADER.unpack(header)
             if magic != MEMORY_MAGIC:
                 return None
             data = stream.read(length)
+            stream.seek(0)
+            if stream.read(MEMORY_HEADER.size) != header:
+                return None
     except (OSError, struct.error):
         return None
     return (sequence, data) if len(data) == length else None

@@ -38,13 +38,21 @@ class State:
     def commit(self):
         """Saves the state in memory and on every host (commits.py), then checks for host changes (HostsUpdatedInterrupt
         on every rank if they did: the job restarts on the new hosts from this commit)."""
-        self.save()
         self._sequence += 1
         self._committed_size = basics.size()
-        if commits.writes_here():
-            commits.write(self._sequence, {"sequence": self._sequence, "size": self._committed_size,
-                                           "state": self.snapshot()})
+        live = self.live_snapshot() if commits.writes_here() and commits.keeps_in_memory() else None
+        if live is not None and commits.write(self._sequence, self._payload(live)):
+            # The host's memory copy is this rank's saved copy too (restore() reads it back): one copy of the
+            # state per commit instead of two.
+            self.saved_in_memory(self._sequence)
+        else:
+            self.save()
+            if commits.writes_here() and live is None:
+                commits.write(self._sequence, self._payload(self.snapshot()))
         self.check_host_updates()
+
+    def _payload(self, snapshot):
+        return {"sequence": self._sequence, "size": self._committed_size, "state": snapshot}
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when the launcher's hosts changed."""
@@ -75,6 +83,16 @@ class State:
         raise NotImplementedError
 
     def load_snapshot(self, snapshot):
+        raise NotImplementedError
+
+    def live_snapshot(self):
+        """What ``snapshot`` would return after ``save``, but read from the live objects without copying them
+        (commits.write copies it into the host's memory); None where a state has no such view."""
+        return None
+
+    def saved_in_memory(self, sequence):
+        """Called when commit ``sequence``, written from ``live_snapshot``, is the saved copy: ``restore`` must
+        read it back from the host's memory (commits.read_memory)."""
         raise NotImplementedError
 
 
