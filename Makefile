@@ -15,7 +15,8 @@ export OMP_NUM_THREADS ?= 1
 	test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu test-image-cuda clean
 
 # Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs), then the
-# core's and the NumPy API's multi-rank tests again under AddressSanitizer + UBSan and under ThreadSanitizer.
+# multi-rank tests across simulated hosts, the core's with Open MPI, and the core's and the NumPy API's under
+# AddressSanitizer + UBSan and under ThreadSanitizer.
 test: native-unit-tests native
 	$(PYTHON) -m pytest tests -q
 	$(MAKE) test-across-hosts test-openmpi sanitize-address sanitize-thread
