@@ -44,6 +44,13 @@ def _as_arrays(value):
     return _map_tensors(value, convert)
 
 
+def _live_array(x):
+    if not torch.is_tensor(x):
+        return x
+    x = x.detach().cpu()
+    return x if x.dtype == torch.bfloat16 else x.numpy()
+
+
 def _as_tensors(value):
     return _map_tensors(value, lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
 
@@ -158,8 +165,8 @@ class TorchState(ObjectState):
                 "samplers": self._saved_samplers, "values": super().snapshot()}
 
     def live_snapshot(self):
-        def live(state_dict):
-            return _as_arrays(_map_tensors(state_dict, lambda x: x.detach().cpu() if torch.is_tensor(x) else x))
+        def live(state_dict):  # as _as_arrays, from the live tensors (on the CPU, where they are not)
+            return _map_tensors(state_dict, _live_array)
         return {"model": live(self.model.state_dict()) if self.model is not None else None,
                 "optimizer": live(self.optimizer.state_dict()) if self.optimizer is not None else None,
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},

@@ -18,6 +18,7 @@ The first rank of each host keeps the job's commits in two places:
 Where /dev/shm is missing or full, commits go to disk in line instead. A restart takes the newest intact commit
 that any host holds, in memory or on disk: losing a host, rank 0's included, loses nothing committed.
 """
+import functools
 import glob
 import hashlib
 import os
@@ -55,10 +56,15 @@ def directory(environ=os.environ):
 
 def memory_directory(environ=os.environ):
     """This job's folder in this host's memory (None where there is no /dev/shm): one per commit directory."""
-    if not os.path.isdir(MEMORY_ROOT) or not os.access(MEMORY_ROOT, os.W_OK):
+    return _memory_folder(MEMORY_ROOT, os.path.abspath(directory(environ)))
+
+
+@functools.lru_cache(maxsize=8)
+def _memory_folder(root, disk_directory):
+    # Cached: every commit asks, and the answer does not change while a job runs.
+    if not os.path.isdir(root) or not os.access(root, os.W_OK):
         return None
-    key = hashlib.sha1(os.path.abspath(directory(environ)).encode()).hexdigest()[:16]
-    return os.path.join(MEMORY_ROOT, f"hvdlite-elastic-{key}")
+    return os.path.join(root, f"hvdlite-elastic-{hashlib.sha1(disk_directory.encode()).hexdigest()[:16]}")
 
 
 def writes_here():
@@ -72,7 +78,12 @@ class _DiskWriter:
     newer one replaces it."""
 
     def __init__(self):
+        # One lock, three reasons to wake: a commit to write (the thread), a flush asked for during its pause
+        # (the thread), the thread done (flush waiters). Separate conditions, so that a commit handed over during
+        # the pause does not wake the thread for nothing: commits come every step, the pause lasts a second.
         self._condition = threading.Condition()
+        self._flush_asked = threading.Condition(self._condition)
+        self._done = threading.Condition(self._condition)
         self._waiting = None  # (sequence, memory slot path) not yet started
         self._busy = False
         self._flushing = 0  # threads waiting in wait(): the pause between writes is skipped
@@ -82,14 +93,14 @@ class _DiskWriter:
     def submit(self, sequence, path):
         with self._condition:
             self._waiting = (sequence, path)
-            self._condition.notify_all()
+            self._condition.notify()
 
     def wait(self):
         """Until every commit handed over is on disk and durable; raises what writing it raised."""
         with self._condition:
             self._flushing += 1
-            self._condition.notify_all()
-            self._condition.wait_for(lambda: self._waiting is None and not self._busy)
+            self._flush_asked.notify()
+            self._done.wait_for(lambda: self._waiting is None and not self._busy)
             self._flushing -= 1
             error, self._error = self._error, None
         if error is not None:
@@ -112,9 +123,9 @@ class _DiskWriter:
                     self._error = error
             with self._condition:
                 self._busy = False
-                self._condition.notify_all()
+                self._done.notify_all()
                 # Paced, unless someone waits (flush): newer commits meanwhile replace the waiting one.
-                self._condition.wait_for(lambda: self._flushing, timeout=DISK_INTERVAL)
+                self._flush_asked.wait_for(lambda: self._flushing, timeout=DISK_INTERVAL)
 
 
 _writer = None
