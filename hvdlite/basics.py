@@ -95,7 +95,6 @@ def mpi_threads_supported():
 def is_homogeneous():
     """True when every node runs the same number of ranks."""
     _require_init()
-    from mpi4py import MPI
     local_sizes = MPI.COMM_WORLD.allgather(local_size()) if _init_comm is None else _init_comm.allgather(local_size())
     return len(set(local_sizes)) == 1
 

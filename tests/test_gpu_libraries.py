@@ -105,9 +105,10 @@ def test_an_unusable_library_is_refused_with_the_reason(tmp_path, version, leave
 
 def test_every_place_looked_at_is_named_when_nothing_is_found(tmp_path):
     """The core's search alone (no wheel folder on the path): each folder given and the default search."""
+    folders = f"{tmp_path / 'a'}:{tmp_path / 'b'}"
     code = ("from hvdlite._native import ffi, lib\n"
             "s = ffi.new('hvdlite_gpu_status *')\n"
-            f"lib.hvdlite_gpu_load(b'', {str(tmp_path / 'a')!r}.encode() + b':' + {str(tmp_path / 'b')!r}.encode(), s)\n"
+            f"lib.hvdlite_gpu_load(b'', {folders!r}.encode(), s)\n"
             "print('REASON', ffi.string(s.nccl_reason).decode().replace(chr(10), '|'), s.nccl_loaded)")
     returncode, output = run([sys.executable, "-c", code], timeout=120)
     assert returncode == 0, output

@@ -37,18 +37,17 @@ def _map_tensors(value, function):
     return function(value)
 
 
-def _as_arrays(value):
-    """Tensors as NumPy views (pickled several times faster than tensors); bfloat16 stays a tensor."""
-    def convert(x):
-        return x.numpy() if torch.is_tensor(x) and x.dtype != torch.bfloat16 else x
-    return _map_tensors(value, convert)
-
-
-def _live_array(x):
+def _as_array(x):
+    """A tensor as a NumPy view of its CPU data (a copy only where it is on a GPU); bfloat16 stays a tensor."""
     if not torch.is_tensor(x):
         return x
     x = x.detach().cpu()
     return x if x.dtype == torch.bfloat16 else x.numpy()
+
+
+def _as_arrays(value):
+    """Tensors as NumPy views (pickled several times faster than tensors)."""
+    return _map_tensors(value, _as_array)
 
 
 def _as_tensors(value):
@@ -165,10 +164,8 @@ class TorchState(ObjectState):
                 "samplers": self._saved_samplers, "values": super().snapshot()}
 
     def live_snapshot(self):
-        def live(state_dict):  # as _as_arrays, from the live tensors (on the CPU, where they are not)
-            return _map_tensors(state_dict, _live_array)
-        return {"model": live(self.model.state_dict()) if self.model is not None else None,
-                "optimizer": live(self.optimizer.state_dict()) if self.optimizer is not None else None,
+        return {"model": _as_arrays(self.model.state_dict()) if self.model is not None else None,
+                "optimizer": _as_arrays(self.optimizer.state_dict()) if self.optimizer is not None else None,
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
                 "values": {name: getattr(self, name) for name in self._saved_state}}
 

@@ -143,8 +143,8 @@ def write(sequence, payload):
     it is in memory (read_memory gives it back), False when it went to disk in line instead."""
     global _writer, _memory_failed
     parts = encode(payload)
-    folder = memory_directory()
-    if folder is not None and not _memory_failed:
+    if keeps_in_memory():
+        folder = memory_directory()
         try:
             path = _write_to_memory(folder, sequence, parts)
         except OSError as error:
