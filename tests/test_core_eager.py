@@ -53,18 +53,20 @@ def test_repeated():
                 same_bytes_everywhere(got, name)
 
 
-def run_burst(rank, size, shapes):
+def run_burst(rank, size, shapes, grouped=False):
+    dtypes = {name: "int32" if name.endswith(".d") else "float32" for name in shapes}
     for step in range(8):
-        handles = []
-        for name, shape in shapes.items():
-            dtype = "int32" if name.endswith(".d") else "float32"
-            x = rank_input(dtype, shape, rank, "sum", (name, step))
-            handles.append((name, dtype, shape, hvd.allreduce_async(x, name=name, op=hvd.Sum)))
-        for name, dtype, shape, handle in handles:
-            got = hvd.synchronize(handle)
-            inputs = [rank_input(dtype, shape, r, "sum", (name, step)) for r in range(size)]
+        inputs = {name: [rank_input(dtypes[name], shape, r, "sum", (name, step)) for r in range(size)]
+                  for name, shape in shapes.items()}
+        if grouped:  # one submission: every rank's tensors are ready in the same round
+            prefix = os.path.commonprefix(list(shapes)).rstrip(".")
+            results = hvd.grouped_allreduce([inputs[name][rank] for name in shapes], name=prefix, op=hvd.Sum)
+        else:
+            handles = [hvd.allreduce_async(inputs[name][rank], name=name, op=hvd.Sum) for name in shapes]
+            results = [hvd.synchronize(handle) for handle in handles]
+        for (name, shape), got in zip(shapes.items(), results):
             assert got.shape == shape
-            check_close(name, got, reduce_reference(inputs, "sum"), dtype, f"burst step {step}")
+            check_close(name, got, reduce_reference(inputs[name], "sum"), dtypes[name], f"burst step {step}")
 
 
 def test_burst():
@@ -72,7 +74,10 @@ def test_burst():
     # Several tensors per round that fit the payload together: they share it, each at its offset.
     run_burst(rank, size, {"burst.a": (10,), "burst.b": (3, 100), "burst.c": (3000,), "burst.d": (7,)})
     # One of them too big for the payload: that round runs a fused all-reduce anyway, and all of them join it.
-    run_burst(rank, size, {"big.a": (10,), "big.b": (3, 100), "big.c": (3000,), "big.big": (20000,), "big.d": (7,)})
+    # Grouped, so no round sees only the small ones ready (separate submissions may straddle two rounds, and
+    # a round of small ones alone rightly rides eager).
+    run_burst(rank, size, {"big.a": (10,), "big.b": (3, 100), "big.c": (3000,), "big.big": (20000,), "big.d": (7,)},
+              grouped=True)
 
 
 def test_repeated_32_kib():
