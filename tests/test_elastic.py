@@ -169,7 +169,7 @@ def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
 
     train_step()
     state.commit()
-    assert commits.keeps_in_memory() and state._saved_sequence == 1 and state._saved_model is None
+    assert commits.keeps_in_memory() and state._saved_sequence == 1 and state._saved_tensors is None
     committed = {k: v.clone() for k, v in model.state_dict().items()}
     momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
     train_step()
@@ -180,6 +180,65 @@ def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
         assert torch.equal(value, committed[name]), name
     for p, buffer in zip(model.parameters(), momentum):
         assert torch.equal(optimizer.state[p]["momentum_buffer"], buffer)
+    commits.remove()
+
+
+@pytest.mark.ranks(2)
+def test_restore_and_snapshots_of_adam_and_bfloat16_state(tmp_path, monkeypatch):
+    """On the rank that writes its host's memory copy and on the one that saves its own (into the buffers of the
+    save before: nothing allocated per commit), restore() and a snapshot written and read back give the committed
+    parameters, bfloat16 buffer and Adam state (0-d step tensors) bitwise."""
+    import torch
+    import hvdlite.torch as hvd
+    from hvdlite.elastic import commits
+    monkeypatch.setenv("HVDLITE_ELASTIC_COMMIT_DIR", str(tmp_path))
+    hvd.init()
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4)
+        model.register_buffer("scale", torch.linspace(0, 1, 4, dtype=torch.bfloat16))
+        return model, torch.optim.Adam(model.parameters(), lr=0.01)
+
+    model, optimizer = build()
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0)
+
+    def train_step():
+        optimizer.zero_grad()
+        (model(torch.randn(5, 8)) * model.scale.float()).square().sum().backward()
+        optimizer.step()
+        with torch.no_grad():
+            model.scale += 0.125
+
+    def everything():
+        return [t.clone() for t in model.state_dict().values()] + [
+            t.clone() for p in model.parameters() for t in optimizer.state[p].values()]
+
+    train_step()
+    state.commit()
+    buffers = None if state._saved_tensors is None else [t.data_ptr() for t in state._saved_tensors]
+    train_step()
+    state.epoch = 1
+    state.commit()
+    committed = everything()
+    if hvd.local_rank() == 0:
+        assert state._saved_sequence == 2 and state._saved_tensors is None
+    else:
+        assert [t.data_ptr() for t in state._saved_tensors] == buffers, "a save allocated new buffers"
+    written = commits.decode(b"".join(bytes(part) for part in commits.encode(state.snapshot())))
+    train_step()
+    state.epoch = 5
+    state.restore()
+    assert state.epoch == 1
+    for got, want in zip(everything(), committed, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    model2, optimizer2 = build()
+    other = hvd.elastic.TorchState(model2, optimizer2, epoch=0)
+    model, optimizer = model2, optimizer2
+    other.load_snapshot(written)
+    assert other.epoch == 1
+    for got, want in zip(everything(), committed, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
     commits.remove()
 
 

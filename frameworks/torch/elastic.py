@@ -1,57 +1,89 @@
 """``hvd.elastic`` for PyTorch: TorchState and ElasticSampler, with ``run``, ``ObjectState`` and the errors.
 
-TorchState commits the model's and the optimizer's state dicts (deep copies on the CPU, so a commit is the
-state of that moment), any ElasticSampler given to it (its epoch and how many samples the job has processed),
-and other values as attributes, like ObjectState.
+TorchState commits the model's and the optimizer's state dicts (copies on the CPU, so a commit is the state of
+that moment), any ElasticSampler given to it (its epoch and how many samples the job has processed), and other
+values as attributes, like ObjectState. A state dict is kept as its structure with the tensors taken out
+(_flatten) and the flat list of tensors, so that a commit copies the tensors into the last commit's buffers in
+one call, and pickles their arrays as one block (ArrayBlock).
 """
 import copy
 import math
 import random
 
-import numpy as np
 import torch
 
 from hvdlite import basics
 from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, commits, run  # noqa: F401
+from hvdlite.elastic.array_block import ArrayBlock
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 
-def _cpu_copy(value):
-    """A deep copy with tensors on the CPU (what is committed, and written to disk)."""
-    if torch.is_tensor(value):
-        return value.detach().to("cpu", copy=True)
+class _TensorAt:
+    """Where a tensor was in a state dict: its index in the flat list of its tensors."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return _TensorAt, (self.index,)
+
+
+_PLAIN = frozenset((int, float, bool, str, bytes, type(None), torch.dtype))  # kept as they are, not copied
+
+
+def _flatten(value, tensors):
+    """value (state dicts: dicts, lists and tuples of tensors and plain values) with its tensors appended to
+    ``tensors`` and replaced by _TensorAt; containers are new, other mutable values copied. Plain values are
+    taken in line: a commit walks the optimizer's every setting."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value.detach())
+        return _TensorAt(len(tensors) - 1)
     if isinstance(value, dict):
-        return type(value)((k, _cpu_copy(v)) for k, v in value.items())
+        return type(value)((k, v if type(v) in _PLAIN else _flatten(v, tensors)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return type(value)(_cpu_copy(v) for v in value)
-    return copy.deepcopy(value)
+        return type(value)(v if type(v) in _PLAIN else _flatten(v, tensors) for v in value)
+    return value if type(value) in _PLAIN else copy.deepcopy(value)
 
 
-def _map_tensors(value, function):
-    """value with function applied to every tensor (or array) in its dicts, lists and tuples."""
-    if isinstance(value, dict):
-        return type(value)((k, _map_tensors(v, function)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map_tensors(v, function) for v in value)
-    return function(value)
+def _unflatten(skeleton, tensors):
+    if isinstance(skeleton, _TensorAt):
+        return tensors[skeleton.index]
+    if isinstance(skeleton, dict):
+        return type(skeleton)((k, _unflatten(v, tensors)) for k, v in skeleton.items())
+    if isinstance(skeleton, (list, tuple)):
+        return type(skeleton)(_unflatten(v, tensors) for v in skeleton)
+    return skeleton
 
 
-def _as_array(x):
-    """A tensor as a NumPy view of its CPU data (a copy only where it is on a GPU); bfloat16 stays a tensor."""
-    if not torch.is_tensor(x):
-        return x
-    x = x.detach().cpu()
-    return x if x.dtype == torch.bfloat16 else x.numpy()
+def _as_array(tensor):
+    """A NumPy view of a tensor's CPU data (a copy where it is on a GPU); bfloat16 as int16."""
+    tensor = tensor.cpu()
+    return (tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor).numpy()
 
 
-def _as_arrays(value):
-    """Tensors as NumPy views (pickled several times faster than tensors)."""
-    return _map_tensors(value, _as_array)
+def _as_tensors(snapshot):
+    """The tensors of a snapshot, views of its arrays."""
+    tensors = [torch.from_numpy(a) for a in snapshot["arrays"].arrays]
+    for i in snapshot["bfloat16"]:
+        tensors[i] = tensors[i].view(torch.bfloat16)
+    return tensors
 
 
-def _as_tensors(value):
-    return _map_tensors(value, lambda x: torch.from_numpy(x) if isinstance(x, np.ndarray) else x)
+def _copy_into(saved, tensors):
+    """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
+    saving every step allocates nothing."""
+    if saved is not None and len(saved) == len(tensors) and all(
+            s.shape == t.shape and s.dtype == t.dtype for s, t in zip(saved, tensors)):
+        if all(t.device.type == "cpu" for t in tensors):
+            torch._foreach_copy_(saved, tensors)
+        else:
+            for s, t in zip(saved, tensors):
+                s.copy_(t)
+        return saved
+    return [t.to("cpu", copy=True) for t in tensors]
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -125,27 +157,35 @@ class TorchState(ObjectState):
         values = {name: value for name, value in kwargs.items() if name not in self._samplers}
         for name, sampler in self._samplers.items():
             setattr(self, name, sampler)
-        self._saved_model = self._saved_optimizer = None
+        # The saved copy: the state dicts with their tensors taken out (_TensorAt), and those tensors on the CPU,
+        # reused by the next save.
+        self._saved_dicts = {"model": None, "optimizer": None}
+        self._saved_tensors = None
         self._saved_samplers = {}
         self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
+    def _live_dicts(self, tensors):
+        return {"model": _flatten(self.model.state_dict(), tensors) if self.model is not None else None,
+                "optimizer": _flatten(self.optimizer.state_dict(), tensors) if self.optimizer is not None else None}
+
     def save(self):
         self._saved_sequence = None
-        if self.model is not None:
-            self._saved_model = _cpu_copy(self.model.state_dict())
-        if self.optimizer is not None:
-            self._saved_optimizer = _cpu_copy(self.optimizer.state_dict())
+        tensors = []
+        self._saved_dicts = self._live_dicts(tensors)
+        self._saved_tensors = _copy_into(self._saved_tensors, tensors)
         self._saved_samplers = {name: s.state_dict() for name, s in self._samplers.items()}
         super().save()
 
     def restore(self):
         if self._saved_sequence is not None:
             self._take_saved(commits.read_memory(self._saved_sequence)["state"])
-        if self.model is not None and self._saved_model is not None:
-            self.model.load_state_dict(self._saved_model)
-        if self.optimizer is not None and self._saved_optimizer is not None:
-            self.optimizer.load_state_dict(self._saved_optimizer)
+        if self._saved_tensors is not None:
+            # Copies: optimizer.load_state_dict keeps the tensors it is given, and the next save writes into these.
+            tensors = [t.clone() for t in self._saved_tensors]
+            for name, target in (("model", self.model), ("optimizer", self.optimizer)):
+                if target is not None and self._saved_dicts[name] is not None:
+                    target.load_state_dict(_unflatten(self._saved_dicts[name], tensors))
         for name, saved in self._saved_samplers.items():
             self._samplers[name].load_state_dict(saved)
         super().restore()
@@ -159,13 +199,21 @@ class TorchState(ObjectState):
             sampler.load_state_dict(broadcast_object(sampler.state_dict(), root_rank=0))
         super().sync()
 
+    @staticmethod
+    def _snapshot_of(dicts, tensors):
+        return {"dicts": dicts, "arrays": ArrayBlock([_as_array(t) for t in tensors]),
+                "bfloat16": [i for i, t in enumerate(tensors) if t.dtype == torch.bfloat16]}
+
     def snapshot(self):
-        return {"model": _as_arrays(self._saved_model), "optimizer": _as_arrays(self._saved_optimizer),
+        if self._saved_sequence is not None:  # the saved copy is the commit in the host's memory
+            return commits.read_memory(self._saved_sequence)["state"]
+        return {**self._snapshot_of(self._saved_dicts, self._saved_tensors or []),
                 "samplers": self._saved_samplers, "values": super().snapshot()}
 
     def live_snapshot(self):
-        return {"model": _as_arrays(self.model.state_dict()) if self.model is not None else None,
-                "optimizer": _as_arrays(self.optimizer.state_dict()) if self.optimizer is not None else None,
+        tensors = []
+        dicts = self._live_dicts(tensors)
+        return {**self._snapshot_of(dicts, tensors),
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
                 "values": {name: getattr(self, name) for name in self._saved_state}}
 
@@ -179,7 +227,7 @@ class TorchState(ObjectState):
     def _take_saved(self, snapshot):
         """Makes snapshot (as snapshot() returns it) the saved copy, without applying it."""
         self._saved_sequence = None
-        self._saved_model = _as_tensors(snapshot["model"])
-        self._saved_optimizer = _as_tensors(snapshot["optimizer"])
+        self._saved_dicts = snapshot["dicts"]
+        self._saved_tensors = _as_tensors(snapshot)
         self._saved_samplers = snapshot["samplers"]
         self._saved_state = dict(snapshot["values"])
