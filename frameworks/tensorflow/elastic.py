@@ -2,6 +2,7 @@
 (a list of variables), with ``run``, ``ObjectState`` and the errors (hvdlite.elastic)."""
 from hvdlite import basics
 from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run  # noqa: F401
+from hvdlite.elastic.array_block import ArrayBlock
 
 from .functions import broadcast_object, broadcast_variables
 
@@ -44,10 +45,12 @@ class TensorFlowState(ObjectState):
         super().sync()
 
     def snapshot(self):
-        return {"variables": self._saved_values, "values": super().snapshot()}
+        values = self._saved_values
+        return {"variables": None if values is None else ArrayBlock(values), "values": super().snapshot()}
 
     def load_snapshot(self, snapshot):
-        self._saved_values = snapshot["variables"]
+        block = snapshot["variables"]
+        self._saved_values = None if block is None else block.arrays
         super().load_snapshot(snapshot["values"])
         self.restore()
 
