@@ -116,7 +116,9 @@ def gloo_built():
 
 
 def nccl_built():
-    return False
+    """True where GPU tensors go through NCCL (the CUDA driver sees a GPU and NCCL was found at run time)."""
+    from .gpu import collectives_available
+    return collectives_available()
 
 
 def cuda_built():

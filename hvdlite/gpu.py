@@ -4,8 +4,13 @@
 NCCL is looked for in this order: HVDLITE_NCCL_LIBRARY alone when set; a copy the process has loaded already
 (PyTorch's CUDA wheels load theirs when torch initialises CUDA); the ``nvidia/nccl/lib`` folder of the
 nvidia-nccl-cu12 / -cu13 wheels (``pip install hvdlite[cuda12]`` or ``[cuda13]``) on this Python's path; the
-dynamic linker's default search. GPU tensors are reduced through host memory in this version: the NCCL data path
-is not built yet, so ``nccl_built()`` is False even where NCCL is found.
+dynamic linker's default search.
+
+Where the driver sees a GPU and NCCL is found, GPU tensors' all-reduces (sum, average, min, max, product, with
+scale factors on floating-point sums and averages) and broadcasts go through NCCL on the core's own stream
+(native/src/gpu/nccl_executor.h), ordered after the work the framework enqueued on its stream before the
+submission; ``nccl_built()`` is True. Other collectives, and reductions NCCL has no form for (int16, uint16,
+Adasum, scaled integer sums), go through host memory, as everything does where NCCL is not found.
 """
 import os
 import sys
@@ -14,8 +19,9 @@ from . import config
 from ._native import ffi, lib
 
 NCCL_WHEEL_FOLDER = os.path.join("nvidia", "nccl", "lib")
-COLLECTIVES_REASON = ("GPU tensors are copied to host memory and reduced there: the NCCL data path is not in this "
-                      "version of hvdlite")
+# The core's dtype names that NCCL reduces (int16, uint16 and bool it does not).
+NCCL_DTYPES = frozenset(["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"])
+FLOATING_DTYPES = frozenset(["float16", "bfloat16", "float32", "float64"])
 
 
 def nccl_wheel_folders(path=None):
@@ -35,6 +41,7 @@ def gpu_status():
     explicit = config.SETTINGS_BY_NAME["nccl_library"].read(os.environ)
     status = ffi.new("hvdlite_gpu_status *")
     lib.hvdlite_gpu_load(explicit.encode(), os.pathsep.join(nccl_wheel_folders()).encode(), status)
+    reason = _collectives_reason(status)
     return {
         "cuda_driver": bool(status.driver_loaded),
         "gpus": status.device_count,
@@ -43,7 +50,66 @@ def gpu_status():
         "nccl_version": ffi.string(status.nccl_version_text).decode(),
         "nccl_path": ffi.string(status.nccl_path).decode(),
         "nccl_reason": ffi.string(status.nccl_reason).decode(),
-        "nccl_collectives": False,
-        "collectives_reason": COLLECTIVES_REASON,
+        "nccl_collectives": not reason,
+        "collectives_reason": reason,
     }
+
+
+def _collectives_reason(status):
+    if not status.driver_loaded:
+        return "GPU tensors go through host memory: no CUDA driver"
+    if status.device_count == 0:
+        return "GPU tensors go through host memory: the CUDA driver sees no GPU"
+    if not status.nccl_loaded:
+        return "GPU tensors go through host memory: NCCL not found"
+    return ""
+
+
+_available = []  # [bool] once asked: the libraries load once per process
+
+
+def collectives_available():
+    """Whether GPU tensors go through NCCL in this process (loads the GPU libraries on the first call)."""
+    if not _available:
+        _available.append(gpu_status()["nccl_collectives"])
+    return _available[0]
+
+
+def serves(collective, dtype, op, prescale_factor=1.0, postscale_factor=1.0):
+    """Whether the NCCL path runs this request of GPU tensors (collective: "allreduce" or "broadcast"; dtype the
+    core's name; op an hvdlite op); else the adapter stages it through host memory."""
+    from .ops import Adasum, Average, Sum
+    if not collectives_available():
+        return False
+    if collective == "broadcast":
+        return True
+    if collective != "allreduce" or dtype not in NCCL_DTYPES or op == Adasum:
+        return False
+    scaled = prescale_factor != 1.0 or postscale_factor != 1.0
+    if op not in (Sum, Average):
+        return not scaled
+    return dtype in FLOATING_DTYPES or (op == Sum and not scaled)
+
+
+def _raise_if(code, buffer, what):
+    if code != 0:
+        from .errors import HorovodInternalError
+        raise HorovodInternalError(f"{what}: {ffi.string(buffer).decode()}")
+
+
+def stream_wait(core_handles, stream):
+    """Makes ``stream`` (a CUstream address) wait for the GPU work of finished core handles, without the host
+    waiting."""
+    buffer = ffi.new("char[]", 512)
+    for handle in core_handles:
+        _raise_if(lib.hvdlite_gpu_stream_wait(handle._id, ffi.cast("void *", stream), buffer, len(buffer)), buffer,
+                  f"GPU collective '{handle.name}'")
+
+
+def host_wait(core_handles):
+    """Blocks until the GPU work of finished core handles has finished (frameworks that expose no stream)."""
+    buffer = ffi.new("char[]", 512)
+    for handle in core_handles:
+        _raise_if(lib.hvdlite_gpu_host_wait(handle._id, buffer, len(buffer)), buffer,
+                  f"GPU collective '{handle.name}'")
 

@@ -81,6 +81,7 @@ class Request:
     splits: Optional[Sequence[int]] = None
     process_set: ProcessSet = global_process_set
     keepalive: Any = ()
+    gpu: Any = None  # GPU tensors: (device ordinal, CUstream address of the stream that wrote them)
 
 
 # One submitted request: wait (or poll), read the output, then release (or finish: both in one call). A C type
@@ -158,6 +159,10 @@ def _fill(c_request, request, owned):
     c_request.postscale_factor = request.postscale_factor
     c_request.root_rank = request.root_rank
     c_request.process_set_id = request.process_set._id()
+    if request.gpu is not None:
+        c_request.gpu = 1
+        c_request.gpu_device, stream = request.gpu
+        c_request.gpu_stream = ffi.cast("void *", stream)
     if request.splits is not None:
         splits = [int(s) for s in request.splits]
         if len(splits) != request.process_set.size():

@@ -11,7 +11,7 @@ from hvdlite._tensor_calls import allreduce_in_place_async
 from hvdlite.process_sets import global_process_set
 from hvdlite.requests import Collective, Request, auto_name, submit, submit_group
 
-from . import handles, staging
+from . import gpu_path, handles, staging
 
 Average, Sum, Adasum, Min, Max, Product = (core_ops.Average, core_ops.Sum, core_ops.Adasum, core_ops.Min,
                                            core_ops.Max, core_ops.Product)
@@ -36,17 +36,34 @@ def _single(name, kind, process_set):
 
 # ---------------------------------------------------------------------------------------------- allreduce
 
-def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_factor, process_set, gpu=None):
     return Request(collective=Collective.ALLREDUCE, name=name, dtype=staging.core_dtype(tensor),
                    shape=tuple(tensor.shape), input_ptr=staging.address(tensor),
                    output_ptr=staging.address(output), op=op, prescale_factor=float(prescale_factor),
                    postscale_factor=float(postscale_factor), process_set=process_set,
-                   keepalive=(tensor, output))
+                   keepalive=(tensor, output), gpu=gpu)
+
+
+def _allreduce_on_gpu(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
+    """As _allreduce_group, in GPU memory through NCCL: in place where the tensor is contiguous."""
+    inputs = [gpu_path.device_copy(t) for t in tensors]
+    outputs = inputs if in_place else [torch.empty_like(i) for i in inputs]
+    requests = [_allreduce_request(i, o, n, op, prescale_factor, postscale_factor, process_set,
+                                   gpu=gpu_path.placement(i))
+                for i, o, n in zip(inputs, outputs, names)]
+    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+
+    def finish(core_handles):
+        gpu_path.order_after(core_handles, tensors[0].device)
+        return [staging.write_back(t, o) for t, o in zip(tensors, outputs)] if in_place else outputs
+    return core, finish
 
 
 def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
     """Submits one allreduce per tensor as a group; returns a handle whose result is the list of outputs."""
     check_op(op)
+    if gpu_path.serves(tensors, "allreduce", op, prescale_factor, postscale_factor):
+        return _allreduce_on_gpu(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place)
     hosts = [staging.host_copy(t) for t in tensors]
     outs = hosts if in_place else [staging.host_empty(h.shape, h.dtype) for h in hosts]
     requests = [_allreduce_request(h, o, n, op, prescale_factor, postscale_factor, process_set)
@@ -163,13 +180,20 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 # ---------------------------------------------------------------------------------------------- broadcast
 
 def _broadcast(tensor, root_rank, name, process_set, in_place):
-    host = staging.host_copy(tensor)
-    out = host if in_place else staging.host_empty(host.shape, host.dtype)
+    on_gpu = gpu_path.serves([tensor], "broadcast")
+    host = gpu_path.device_copy(tensor) if on_gpu else staging.host_copy(tensor)
+    out = host if in_place else torch.empty_like(host) if on_gpu else staging.host_empty(host.shape, host.dtype)
     request = Request(collective=Collective.BROADCAST, name=_single(name, "broadcast", process_set),
                       dtype=staging.core_dtype(host), shape=tuple(host.shape),
                       input_ptr=staging.address(host), output_ptr=staging.address(out),
-                      root_rank=process_set.root_in_set(root_rank), process_set=process_set, keepalive=(host, out))
+                      root_rank=process_set.root_in_set(root_rank), process_set=process_set, keepalive=(host, out),
+                      gpu=gpu_path.placement(host) if on_gpu else None)
     core = [submit(request)]
+    if on_gpu:
+        def finish(core_handles):
+            gpu_path.order_after(core_handles, tensor.device)
+            return staging.write_back(tensor, host) if in_place else out
+        return handles.register(core, finish)
     if in_place:
         return handles.register(core, lambda _: staging.write_back(tensor, host))
     return handles.register(core, lambda _: staging.to_device(out, tensor))

@@ -1,9 +1,9 @@
 """Torch tensors <-> what the core takes: host pointers, dtype names and shapes.
 
-The core reads and writes contiguous host memory. A tensor that is already contiguous on the CPU is handed over
-as it is; any other (non-contiguous, or on a GPU, since this build has no NCCL) is first copied into a
-contiguous CPU tensor, and results are copied back to where the caller's tensor lives. These copies are the
-only hidden costs of the adapter.
+The core reads and writes contiguous host memory, except for the GPU tensors that gpu_path.py hands to its NCCL
+path. A tensor that is already contiguous on the CPU is handed over as it is; any other (non-contiguous, or on a
+GPU where NCCL does not serve the request) is first copied into a contiguous CPU tensor, and results are copied
+back to where the caller's tensor lives. These copies are the only hidden costs of the adapter.
 """
 import ml_dtypes
 import numpy as np

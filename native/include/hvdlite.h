@@ -107,6 +107,11 @@ typedef struct {
   const int32_t *splits;     /* alltoall: rows sent to each rank of the set; NULL means equal */
   int32_t process_set_id;    /* 0 is the global set */
   int64_t prepared;          /* 0, or hvdlite_prepare's token for this very request (see there) */
+  int32_t gpu;               /* 1: input and output are memory of GPU gpu_device, written by work enqueued on
+                                gpu_stream (a CUstream; NULL for the legacy default stream): NCCL runs the
+                                collective after that work (all-reduce and broadcast; see hvdlite_gpu_load) */
+  int32_t gpu_device;
+  void *gpu_stream;
 } hvdlite_request;
 
 typedef int64_t hvdlite_handle;
@@ -208,6 +213,13 @@ typedef struct hvdlite_gpu_status {
   char nccl_reason[4096];
 } hvdlite_gpu_status;
 void hvdlite_gpu_load(const char *nccl_library, const char *nccl_search_dirs, hvdlite_gpu_status *status);
+
+/* A GPU request's handle, once done (hvdlite_wait), has its collective enqueued on the core's stream, not
+ * finished. hvdlite_gpu_stream_wait makes stream (a CUstream of the tensor's GPU) wait for it without the host
+ * waiting; hvdlite_gpu_host_wait blocks until it has finished. Both return 0, or -1 with a message (a handle
+ * with no GPU work: 0, nothing to wait for). */
+int hvdlite_gpu_stream_wait(hvdlite_handle handle, void *stream, char *error, int error_len);
+int hvdlite_gpu_host_wait(hvdlite_handle handle, char *error, int error_len);
 
 #ifdef __cplusplus
 }

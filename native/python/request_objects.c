@@ -14,7 +14,7 @@
 static PyObject *dtypes; /* requests.DTYPES: core dtype name -> its hvdlite_dtype value */
 PyObject *global_process_set;
 static PyObject *collective_attribute, *name_attribute, *dtype_attribute, *shape_attribute, *input_attribute,
-    *output_attribute, *op_attribute, *prescale_attribute, *postscale_attribute, *root_attribute, *splits_attribute,
+    *output_attribute, *op_attribute, *prescale_attribute, *postscale_attribute, *root_attribute, *splits_attribute, *gpu_attribute,
     *set_attribute, *keepalive_attribute, *set_id_attribute;
 
 enum Conversion { AS_LONG, AS_DOUBLE, AS_ADDRESS };
@@ -77,6 +77,10 @@ static int fill(PyObject *request, hvdlite_request *c, int64_t *dims, PyObject *
   const int has_splits = splits != Py_None;
   Py_XDECREF(splits);
   if (has_splits) goto python;
+  PyObject *gpu = PyObject_GetAttr(request, gpu_attribute);
+  const int on_gpu = gpu != Py_None;
+  Py_XDECREF(gpu);
+  if (on_gpu) goto python; /* GPU tensors: requests.py fills the device and stream */
   PyObject *dtype_name = PyObject_GetAttr(request, dtype_attribute);
   PyObject *dtype = dtype_name != NULL && PyUnicode_CheckExact(dtype_name) ? PyDict_GetItemWithError(dtypes, dtype_name)
                                                                           : NULL;
@@ -174,7 +178,7 @@ int request_objects_ready(void) {
                {&input_attribute, "input_ptr"}, {&output_attribute, "output_ptr"},
                {&op_attribute, "op"}, {&prescale_attribute, "prescale_factor"},
                {&postscale_attribute, "postscale_factor"}, {&root_attribute, "root_rank"},
-               {&splits_attribute, "splits"}, {&set_attribute, "process_set"},
+               {&splits_attribute, "splits"}, {&gpu_attribute, "gpu"}, {&set_attribute, "process_set"},
                {&keepalive_attribute, "keepalive"}, {&set_id_attribute, "process_set_id"}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
     *names[i].slot = PyUnicode_InternFromString(names[i].text);

@@ -40,6 +40,7 @@ bool ToEntry(const hvdlite_request &r, Entry *e, std::string *error) {
   e->request.postscale = r.postscale_factor;
   e->request.root_rank = r.root_rank;
   e->request.shape.assign(r.shape, r.shape + r.ndim);
+  e->request.gpu = r.gpu != 0;
   e->process_set_id = r.process_set_id;
   e->input = r.input;
   e->output = r.output;
@@ -136,6 +137,13 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
   if (submissions.size() < n) submissions.resize(n);
   std::string message;
   Core &core = Core::Get();
+  // Ready events not taken by the core (a refused group) go back to the pool.
+  auto release_events = [&](size_t upto) {
+    for (size_t i = 0; i < upto; ++i) {
+      gpu::EventPool::Get().Release(submissions[i].gpu_device, submissions[i].gpu_ready);
+      submissions[i].gpu_ready = nullptr;
+    }
+  };
   auto submit = [&](bool by_value) {
     for (int32_t i = 0; i < count; ++i) {
       const hvdlite_request &r = requests[i];
@@ -148,11 +156,23 @@ int EnqueueGroup(const hvdlite_request *requests, int32_t count, hvdlite_handle 
       } else if (ToEntry(r, &entries[i], &message)) {
         s.entry = &entries[i];
       } else {
+        release_events(i);
         return -1;
       }
+      if (r.gpu) {
+        s.gpu_device = r.gpu_device;
+        s.gpu_ready = gpu::RecordReadyEvent(r.gpu_device, r.gpu_stream, &message);
+        if (!s.gpu_ready) {
+          message = "GPU tensor '" + OrEmpty(r.name) + "': " + message;
+          release_events(i);
+          return -1;
+        }
+      }
     }
-    return wait ? core.EnqueueAndWait(submissions.data(), n, handles, &message)
-                : core.Enqueue(submissions.data(), n, handles, &message);
+    int code = wait ? core.EnqueueAndWait(submissions.data(), n, handles, &message)
+                    : core.Enqueue(submissions.data(), n, handles, &message);
+    if (code < 0) release_events(n);
+    return code;
   };
   // Prepared requests go by token; a token the core does not know (it was shut down and started again since)
   // sends the whole group by value.
@@ -272,6 +292,45 @@ int hvdlite_last_warning(char *buffer, int buffer_len) {
   std::string w = LastWarning();
   CopyError(w, buffer, buffer_len);
   return static_cast<int>(w.size());
+}
+
+namespace {
+
+// The done event of a finished GPU request's handle (null: none, or not a GPU request).
+std::shared_ptr<gpu::DoneEvent> DoneEventOf(hvdlite_handle handle) {
+  std::shared_ptr<gpu::DoneEvent> done;
+  Core::Get().handles().Read(handle, [&](const HandleState &s) {
+    if (s.results) done = s.results->gpu_done;
+  });
+  return done;
+}
+
+}  // namespace
+
+int hvdlite_gpu_stream_wait(hvdlite_handle handle, void *stream, char *error, int error_len) {
+  std::shared_ptr<gpu::DoneEvent> done = DoneEventOf(handle);
+  if (!done) return 0;
+  std::string message;
+  if (gpu::UseDevice(done->device, &message)) {
+    gpu::CUresult result = gpu::Driver().cuStreamWaitEvent(static_cast<gpu::CUstream>(stream), done->event, 0);
+    if (result == gpu::kCudaSuccess) return 0;
+    message = "cuStreamWaitEvent: " + gpu::CudaErrorText(result);
+  }
+  CopyError(message, error, error_len);
+  return -1;
+}
+
+int hvdlite_gpu_host_wait(hvdlite_handle handle, char *error, int error_len) {
+  std::shared_ptr<gpu::DoneEvent> done = DoneEventOf(handle);
+  if (!done) return 0;
+  std::string message;
+  if (gpu::UseDevice(done->device, &message)) {
+    gpu::CUresult result = gpu::Driver().cuEventSynchronize(done->event);
+    if (result == gpu::kCudaSuccess) return 0;
+    message = "cuEventSynchronize: " + gpu::CudaErrorText(result);
+  }
+  CopyError(message, error, error_len);
+  return -1;
 }
 
 void hvdlite_gpu_load(const char *nccl_library, const char *nccl_search_dirs, hvdlite_gpu_status *status) {

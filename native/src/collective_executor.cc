@@ -65,6 +65,13 @@ std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch 
   const Response &head = *batch.parts.front();
   auto start = Clock::now();
   std::string error;
+  if (head.spec.gpu) {
+    if (!gpu_) gpu_ = std::make_unique<gpu::NcclExecutor>(layout_.rank, layout_.local_rank,
+                                                          settings_.progress_timeout_seconds);
+    error = gpu_->Execute(set.id, ctx, batch, locals);
+    Record(locals, head.spec.collective == Collective::kAllreduce ? "NCCL_ALLREDUCE" : "NCCL_BROADCAST", start);
+    return error;
+  }
   switch (head.spec.collective) {
     case Collective::kAllreduce: return Allreduce(ctx, batch, locals, set.id == 0);
     case Collective::kAllgather: error = Allgather(ctx, head, *locals[0]); break;

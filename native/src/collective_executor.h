@@ -3,6 +3,7 @@
 // chosen for the size and copied out (postscale, average); and the other collectives over the set's communicator. Every rank calls it with
 // the same batches in the same order.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "algorithms/adasum_allreduce.h"
@@ -10,6 +11,7 @@
 #include "algorithms/hierarchical_allreduce.h"
 #include "algorithms/mpi_allreduce.h"
 #include "algorithms/ring_allreduce.h"
+#include "gpu/nccl_executor.h"
 #include "messages.h"
 #include "process_set.h"
 #include "timeline.h"
@@ -24,10 +26,13 @@ struct AlgorithmSettings {
   // faster than it on every layout, below it is not (docs/decisions/allreduce-across-hosts.md).
   int64_t auto_cross_host_ring_min_bytes = 1 << 20;
   bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
+  double progress_timeout_seconds = 0;  // a GPU collective unfinished this long ends the process (gpu_watch.h)
 };
 
 // Where the ranks run, as the algorithms need it.
 struct HostLayout {
+  int32_t rank = 0;
+  int32_t local_rank = 0;
   int32_t hosts = 1;
   bool same_ranks_per_host = true;  // the hierarchical all-reduce needs it
   CommContext local{MPI_COMM_NULL, 0, 1};  // this host's ranks
@@ -43,6 +48,10 @@ class CollectiveExecutor {
   std::string Execute(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
   // global_set: the batch belongs to the global process set (the only one the hierarchical all-reduce serves).
   AllreduceAlgorithm &Choose(int64_t bytes, bool global_set);
+  // A removed process set's NCCL communicator goes with it.
+  void ForgetProcessSet(int32_t set_id) {
+    if (gpu_) gpu_->ForgetProcessSet(set_id);
+  }
 
  private:
   std::string Allreduce(const CommContext &ctx, const FusedBatch &batch, const std::vector<Entry *> &locals,
@@ -65,6 +74,7 @@ class CollectiveExecutor {
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
   std::vector<BufferPiece> pieces_;     // a batch reduced where its tensors are, reused
   std::vector<uint8_t> scratch_;
+  std::unique_ptr<gpu::NcclExecutor> gpu_;  // made by the first GPU collective
 };
 
 }  // namespace hvdlite

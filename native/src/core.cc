@@ -208,6 +208,9 @@ int Core::EnqueueLocked(const Submission *submissions, size_t count, int64_t *ha
       e.input = s.entry->input;
       e.output = s.entry->output;
     }
+    e.ReleaseReadyEvent();
+    e.gpu_device = s.gpu_device;
+    e.gpu_ready = s.gpu_ready;
     e.group_id = group_id;
     e.enqueued = now;
     e.handle = handles[i];
@@ -312,8 +315,11 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   MPI_Comm_rank(cross_, &t.cross_rank);
   MPI_Comm_size(cross_, &t.cross_size);
   HostLayout hosts;
+  hosts.rank = t.rank;
+  hosts.local_rank = t.local_rank;
   std::string error_text = DescribeHosts(t, &hosts);
   AlgorithmSettings algorithms = settings.algorithms;
+  algorithms.progress_timeout_seconds = settings.progress_timeout_seconds;
   // The direct all-reduce needs every rank on this host (then local_size == size on every rank, else on
   // none: all ranks take the same branch) and each able to read the others' memory.
   algorithms.direct_available = hosts.hosts == 1 && hosts.direct_within_host;
@@ -655,6 +661,7 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     finished_entries_.push_back(e);
     finished_handles_.push_back(e->handle);
     finished_results_.push_back(std::move(e->results));
+    e->ReleaseReadyEvent();  // a request that failed before its stream waited
     ++n;
   }
   if (n == 0) return;  // nothing here (joined, or no eager results): wake nobody
@@ -777,6 +784,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
         FailForRemovedSet(*e);
       }
       set.eager.FreeMpiObjects();
+      executor_->ForgetProcessSet(id);
       if (set.member()) MPI_Comm_free(&set.comm);
       sets_.erase(target);
     }

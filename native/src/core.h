@@ -47,6 +47,8 @@ struct Submission {
   const Entry *entry = nullptr;  // by value: request, process set, buffers (copied)
   const void *input = nullptr;   // prepared: this submission's buffers
   void *output = nullptr;
+  int32_t gpu_device = -1;                 // a GPU tensor's device, and its ready event (the entry takes it)
+  gpu::CUevent gpu_ready = nullptr;
 };
 
 struct Topology {

@@ -31,9 +31,11 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
     const Request &spec = response.spec;
     const int64_t count = response.Elements();
     const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(spec.dtype));
-    if (spec.collective != Collective::kAllreduce || spec.op == ReduceOp::kAdasum || offset + bytes > max_bytes) {
+    if (spec.collective != Collective::kAllreduce || spec.op == ReduceOp::kAdasum || spec.gpu ||
+        offset + bytes > max_bytes) {
       // A predicted collective must go the normal way: the small ones ride its batch for free, while
-      // their bytes in the negotiation would only slow it down. Eager is for rounds it can finish alone.
+      // their bytes in the negotiation would only slow it down. Eager is for rounds it can finish alone, on
+      // host memory (a GPU tensor's bytes are the GPU's, ordered on its stream).
       ClearSlots();
       offset = 0;
       break;

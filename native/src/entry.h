@@ -36,6 +36,10 @@ struct Entry {
   Clock::time_point negotiation_start;
   // Results the core allocates (allgather, alltoall; null for the rest), moved into the handle on completion.
   std::unique_ptr<CoreResults> results;
+  // A GPU tensor (request.gpu): its device, and the event recorded on the framework's stream at submission
+  // (the pool's again once the background thread's stream waits on it). Its done event goes in results.
+  int32_t gpu_device = -1;
+  gpu::CUevent gpu_ready = nullptr;
 
   // What the request is: written when a submission changes it.
   Request request;
@@ -45,6 +49,7 @@ struct Entry {
   // Back to a new entry's values, keeping only the buffers of its name and shape for the next request that
   // reuses this entry's node; results the core allocated are freed.
   void Recycle() {
+    ReleaseReadyEvent();
     std::string name = std::move(request.name);
     std::vector<int64_t> shape = std::move(request.shape);
     *this = Entry{};
@@ -52,6 +57,11 @@ struct Entry {
     shape.clear();
     request.name = std::move(name);
     request.shape = std::move(shape);
+  }
+  // A ready event that no stream waited on (the request failed before it ran) goes back to the pool.
+  void ReleaseReadyEvent() {
+    if (gpu_ready) gpu::EventPool::Get().Release(gpu_device, gpu_ready);
+    gpu_ready = nullptr;
   }
   // Takes another request's description (not its flight or results); the cached bit no longer holds.
   void Describe(const Request &r, int32_t set_id, const std::vector<int32_t> &new_splits) {

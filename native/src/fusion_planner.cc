@@ -4,7 +4,9 @@ namespace hvdlite {
 namespace {
 
 bool Compatible(const Request &a, const Request &b) {
-  return a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
+  // GPU and CPU tensors never share a batch: they are reduced by different libraries in different memory.
+  return a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.gpu == b.gpu;
 }
 
 int64_t Bytes(const Response &r) {

@@ -19,7 +19,7 @@ struct HandleState {
   bool done = false;
   int64_t result = 0;
   std::string error;
-  std::unique_ptr<CoreResults> results;  // allgather, alltoall; null for the rest
+  std::unique_ptr<CoreResults> results;  // allgather, alltoall, GPU collectives; null for the rest
 };
 
 class HandleTable {

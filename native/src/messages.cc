@@ -82,6 +82,7 @@ void PutRequest(Writer &w, const Request &r) {
   w.Put<int32_t>(r.root_rank);
   w.Put<int32_t>(r.group_id);
   w.Put<int32_t>(r.sender);
+  w.Put<uint8_t>(r.gpu ? 1 : 0);
   w.Put<int64_t>(r.age_ms);
   w.PutVector(r.shape);
   w.PutVector(r.ranks);
@@ -98,6 +99,7 @@ Request GetRequest(Reader &rd) {
   r.root_rank = rd.Get<int32_t>();
   r.group_id = rd.Get<int32_t>();
   r.sender = rd.Get<int32_t>();
+  r.gpu = rd.Get<uint8_t>() != 0;
   r.age_ms = rd.Get<int64_t>();
   r.shape = rd.GetVector<int64_t>();
   r.ranks = rd.GetVector<int32_t>();

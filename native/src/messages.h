@@ -17,6 +17,7 @@ struct Request {
   int32_t root_rank = 0;
   int32_t group_id = 0;           // nonzero: submitted together with others of the same id
   int32_t sender = 0;             // rank within the process set
+  bool gpu = false;               // the tensor is in GPU memory: NCCL runs it (gpu/nccl_executor.h)
   double prescale = 1.0;
   double postscale = 1.0;
   int64_t age_ms = 0;             // how long it has waited on the sender (stall reports)

@@ -99,6 +99,8 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
         [](const Request &r) { return std::string(CollectiveName(r.collective)); });
   check("data types", [](const Request &r) { return r.dtype; },
         [](const Request &r) { return std::string(DataTypeName(r.dtype)); });
+  check("devices (a tensor is on the GPU on every rank or on none)", [](const Request &r) { return r.gpu; },
+        [](const Request &r) { return std::string(r.gpu ? "a GPU tensor" : "a CPU tensor"); });
   if (!error.empty()) return response;
 
   Collective c = first->collective;

@@ -47,7 +47,7 @@ int32_t ResponseCache::Lookup(const std::string &name) const {
 bool ResponseCache::Matches(int32_t bit, const Request &local, int32_t my_rank) const {
   const Response &cached = slots_[bit].response;
   const Request &s = cached.spec;
-  if (s.collective != local.collective || s.dtype != local.dtype || s.op != local.op ||
+  if (s.collective != local.collective || s.dtype != local.dtype || s.op != local.op || s.gpu != local.gpu ||
       s.prescale != local.prescale || s.postscale != local.postscale || s.root_rank != local.root_rank ||
       s.shape.size() != local.shape.size()) {
     return false;

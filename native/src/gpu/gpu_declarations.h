@@ -33,7 +33,11 @@ enum ncclDataType_t {
   kNcclInt8 = 0, kNcclUint8 = 1, kNcclInt32 = 2, kNcclUint32 = 3, kNcclInt64 = 4, kNcclUint64 = 5,
   kNcclFloat16 = 6, kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclBfloat16 = 9
 };
-enum ncclRedOp_t { kNcclSum = 0, kNcclProd = 1, kNcclMax = 2, kNcclMin = 3, kNcclAvg = 4 };
+using ncclRedOp_t = int;  // a custom operator (ncclRedOpCreatePreMulSum) is a further value
+constexpr ncclRedOp_t kNcclSum = 0, kNcclProd = 1, kNcclMax = 2, kNcclMin = 3, kNcclAvg = 4;
+constexpr int kNcclScalarHostImmediate = 1;  // ncclScalarResidence_t: the scalar is read at the call
+constexpr int kNcclAvgVersion = 21000;         // ncclAvg from NCCL 2.10
+constexpr int kNcclPreMulSumVersion = 21100;   // ncclRedOpCreatePreMulSum from NCCL 2.11
 
 // The driver functions hvdlite calls, by the names libcuda exports (several under their _v2 names).
 struct CudaDriverFunctions {
@@ -46,6 +50,7 @@ struct CudaDriverFunctions {
   CUresult (*cuStreamCreate)(CUstream *stream, unsigned flags);
   CUresult (*cuStreamDestroy)(CUstream stream);
   CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned flags);
+  CUresult (*cuStreamSynchronize)(CUstream stream);
   CUresult (*cuEventCreate)(CUevent *event, unsigned flags);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventQuery)(CUevent event);
@@ -54,6 +59,7 @@ struct CudaDriverFunctions {
   CUresult (*cuMemAlloc)(CUdeviceptr *pointer, size_t bytes);
   CUresult (*cuMemFree)(CUdeviceptr pointer);
   CUresult (*cuMemcpyAsync)(CUdeviceptr destination, CUdeviceptr source, size_t bytes, CUstream stream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr destination, unsigned char value, size_t bytes, CUstream stream);
   CUresult (*cuPointerGetAttribute)(void *data, int attribute, CUdeviceptr pointer);
   CUresult (*cuGetErrorString)(CUresult error, const char **text);
 };
@@ -81,6 +87,10 @@ struct NcclFunctions {
                            CUstream stream);
   ncclResult_t (*ncclGroupStart)();
   ncclResult_t (*ncclGroupEnd)();
+  // Optional (null where NCCL is older than 2.11): the sum of each input times a scalar, for scale factors.
+  ncclResult_t (*ncclRedOpCreatePreMulSum)(ncclRedOp_t *op, void *scalar, ncclDataType_t type, int residence,
+                                           ncclComm_t comm);
+  ncclResult_t (*ncclRedOpDestroy)(ncclRedOp_t op, ncclComm_t comm);
 };
 
 }  // namespace hvdlite::gpu

@@ -46,12 +46,16 @@ std::string LoadedPath(void *library, const std::string &fallback) {
   return fallback;
 }
 
+}  // namespace
+
 std::string CudaErrorText(CUresult result) {
   const char *text = nullptr;
   if (driver_functions.cuGetErrorString && driver_functions.cuGetErrorString(result, &text) == kCudaSuccess && text)
     return std::string(text) + " (" + std::to_string(result) + ")";
   return "CUDA error " + std::to_string(result);
 }
+
+namespace {
 
 void LoadDriver(LoadStatus &status) {
   void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -65,10 +69,12 @@ void LoadDriver(LoadStatus &status) {
       Bind("cuDevicePrimaryCtxRetain", f.cuDevicePrimaryCtxRetain),
       Bind("cuDevicePrimaryCtxRelease_v2", f.cuDevicePrimaryCtxRelease), Bind("cuCtxSetCurrent", f.cuCtxSetCurrent),
       Bind("cuStreamCreate", f.cuStreamCreate), Bind("cuStreamDestroy_v2", f.cuStreamDestroy),
-      Bind("cuStreamWaitEvent", f.cuStreamWaitEvent), Bind("cuEventCreate", f.cuEventCreate),
+      Bind("cuStreamWaitEvent", f.cuStreamWaitEvent), Bind("cuStreamSynchronize", f.cuStreamSynchronize),
+      Bind("cuEventCreate", f.cuEventCreate),
       Bind("cuEventRecord", f.cuEventRecord), Bind("cuEventQuery", f.cuEventQuery),
       Bind("cuEventSynchronize", f.cuEventSynchronize), Bind("cuEventDestroy_v2", f.cuEventDestroy),
       Bind("cuMemAlloc_v2", f.cuMemAlloc), Bind("cuMemFree_v2", f.cuMemFree), Bind("cuMemcpyAsync", f.cuMemcpyAsync),
+      Bind("cuMemsetD8Async", f.cuMemsetD8Async),
       Bind("cuPointerGetAttribute", f.cuPointerGetAttribute), Bind("cuGetErrorString", f.cuGetErrorString)});
   if (!missing.empty()) {
     status.driver_reason = LoadedPath(library, "libcuda.so.1") + " lacks " + missing + " (a driver older than CUDA 11?)";
@@ -135,6 +141,11 @@ void LoadNccl(const NcclSearch &search, LoadStatus &status) {
       Bind("ncclAllGather", f.ncclAllGather), Bind("ncclBroadcast", f.ncclBroadcast),
       Bind("ncclReduceScatter", f.ncclReduceScatter), Bind("ncclSend", f.ncclSend), Bind("ncclRecv", f.ncclRecv),
       Bind("ncclGroupStart", f.ncclGroupStart), Bind("ncclGroupEnd", f.ncclGroupEnd)});
+  if (missing.empty()) {
+    // Optional: left null by an older NCCL (scale factors on GPU tensors then need a newer one).
+    Resolve(library, {Bind("ncclRedOpCreatePreMulSum", f.ncclRedOpCreatePreMulSum)});
+    Resolve(library, {Bind("ncclRedOpDestroy", f.ncclRedOpDestroy)});
+  }
   int version = 0;
   if (missing.empty() && (f.ncclGetVersion(&version) != kNcclSuccess || version < kOldestNcclVersion)) {
     status.nccl_reason = path + " is NCCL " + NcclVersionText(version) + "; hvdlite needs " +
@@ -162,10 +173,13 @@ std::string NcclVersionText(int code) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
+namespace {
+std::mutex load_mutex;
+std::optional<LoadStatus> loaded;
+}  // namespace
+
 const LoadStatus &LoadGpuLibraries(const NcclSearch &search) {
-  static std::mutex mutex;
-  static std::optional<LoadStatus> loaded;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(load_mutex);
   if (!loaded) {
     LoadStatus status;
     LoadDriver(status);
@@ -173,6 +187,30 @@ const LoadStatus &LoadGpuLibraries(const NcclSearch &search) {
     loaded = std::move(status);
   }
   return *loaded;
+}
+
+bool GpuCollectivesAvailable(std::string *why) {
+  std::lock_guard<std::mutex> lock(load_mutex);
+  if (!loaded) {
+    *why = "the GPU libraries were not loaded (hvdlite.gpu_status() loads them)";
+  } else if (!loaded->driver_loaded || loaded->device_count == 0) {
+    *why = loaded->driver_reason;
+  } else if (!loaded->nccl_loaded) {
+    *why = loaded->nccl_reason;
+  } else {
+    return true;
+  }
+  return false;
+}
+
+int LoadedNcclVersion() {
+  std::lock_guard<std::mutex> lock(load_mutex);
+  return loaded ? loaded->nccl_version : 0;
+}
+
+std::string NcclErrorText(ncclResult_t result) {
+  const char *text = nccl_functions.ncclGetErrorString ? nccl_functions.ncclGetErrorString(result) : nullptr;
+  return std::string(text ? text : "NCCL error") + " (" + std::to_string(result) + ")";
 }
 
 const CudaDriverFunctions &Driver() { return driver_functions; }

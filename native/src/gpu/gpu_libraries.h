@@ -31,6 +31,12 @@ struct NcclSearch {
 // thread: of NCCL it calls only ncclGetVersion, a query that starts nothing (collectives stay on the background
 // thread).
 const LoadStatus &LoadGpuLibraries(const NcclSearch &search);
+// Whether GPU tensors can go through NCCL: both libraries loaded and a GPU seen; else false and why.
+bool GpuCollectivesAvailable(std::string *why);
+int LoadedNcclVersion();  // 0 before loading or without NCCL
+// "invalid argument (1)": a driver or NCCL result as text.
+std::string CudaErrorText(CUresult result);
+std::string NcclErrorText(ncclResult_t result);
 // The functions, valid once LoadGpuLibraries says driver_loaded / nccl_loaded.
 const CudaDriverFunctions &Driver();
 const NcclFunctions &Nccl();

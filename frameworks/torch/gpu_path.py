@@ -1,0 +1,36 @@
+"""CUDA tensors through the core's NCCL path (hvdlite.gpu): the core gets device pointers and the current stream,
+results stay on the device, and synchronize makes the caller's current stream wait for the collective, without
+the host waiting. Where the path does not serve a request (no NCCL, a reduction NCCL has no form for, tensors on
+several GPUs), staging.py copies through host memory instead."""
+import torch
+
+from hvdlite import gpu
+
+from . import staging
+
+
+def serves(tensors, collective, op=0, prescale_factor=1.0, postscale_factor=1.0):
+    """Whether the NCCL path runs this request of ``tensors`` (all CUDA tensors on one GPU)."""
+    if not tensors or not all(t.is_cuda for t in tensors):
+        return False
+    device = tensors[0].device
+    if any(t.device != device or t.dtype not in staging.CORE_DTYPES for t in tensors):
+        return False
+    return all(gpu.serves(collective, staging.CORE_DTYPES[t.dtype], op, prescale_factor, postscale_factor)
+               for t in tensors)
+
+
+def placement(tensor):
+    """The request's ``gpu`` field: the tensor's GPU and the stream its producers ran on (the current one)."""
+    return tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream
+
+
+def device_copy(tensor):
+    """The tensor itself when contiguous, else a contiguous copy on its device (on the current stream)."""
+    tensor = tensor.detach()
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def order_after(core_handles, device):
+    """Makes the current stream of ``device`` wait for the finished core handles' GPU work."""
+    gpu.stream_wait(core_handles, torch.cuda.current_stream(device).cuda_stream)

@@ -1,0 +1,273 @@
+"""The GPU data path's own logic, on a machine without a GPU, through TEST DOUBLES of the CUDA driver and of
+NCCL (tests/gpu_doubles: host memory stands for device memory; streams are deferred, so work runs only as far as
+the events a stream waits on allow; collectives go over MPI). They check what hvdlite does: that the core's stream
+waits for the work enqueued on the caller's stream before the submission and the caller's stream for the
+collective, how each request maps to an NCCL reduction (average, scale factors as a pre-multiplied sum), fusion
+through the GPU fusion buffer, joined ranks, the NCCL unique id over MPI, version and device agreement across
+ranks, and that an asynchronous NCCL error ends the process. They are no evidence that anything works on a GPU
+or with NCCL: tests/gpu/run.sh, on a GPU machine, is.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hvdlite as hvd
+from harness.multirank import job_size
+from harness.processes import run, venv_tool
+from harness.reference import check_close, rank_input, reduce_reference
+from hvdlite import gpu
+from hvdlite.requests import Collective, Request, address, dtype_name, submit, submit_group
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOUBLES = os.path.join(HERE, os.pardir, "build", "gpu_doubles")
+CUDA_DOUBLE = os.path.join(DOUBLES, "libcuda.so.1")
+NCCL_DOUBLE = os.path.join(DOUBLES, "libnccl.so.2")
+ENV = {"LD_LIBRARY_PATH": os.path.abspath(DOUBLES), "HVDLITE_NCCL_LIBRARY": os.path.abspath(NCCL_DOUBLE)}
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+
+
+def build_doubles():
+    """Compiles the doubles (once, in the outer pytest: the ranks' jobs find them built)."""
+    sources = [os.path.join(HERE, "gpu_doubles", name) for name in ("fake_cuda.c", "fake_nccl.c")]
+    newest = max(os.path.getmtime(s) for s in sources)
+    if all(os.path.exists(p) and os.path.getmtime(p) >= newest for p in (CUDA_DOUBLE, NCCL_DOUBLE)):
+        return
+    os.makedirs(DOUBLES, exist_ok=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcuda.so.1", "-o",
+                    CUDA_DOUBLE, sources[0], "-lpthread"], check=True)
+    subprocess.run([venv_tool("mpicc"), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+                    "-Wl,-soname,libnccl.so.2", "-o", NCCL_DOUBLE, sources[1], "-L", DOUBLES, "-l:libcuda.so.1",
+                    "-lm"], check=True)
+
+
+if job_size() is None:
+    build_doubles()
+
+pytestmark = [pytest.mark.ranks(2), pytest.mark.hvd_env(**ENV)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started():
+    hvd.init()
+    status = gpu.gpu_status()
+    assert status["nccl_collectives"] and status["nccl_path"].endswith("libnccl.so.2"), status
+    yield
+
+
+class Doubles:
+    """The CUDA double's test hooks (the core opened the same library: one copy in the process)."""
+
+    def __init__(self):
+        self.cuda = ctypes.CDLL(CUDA_DOUBLE)
+        self.nccl = ctypes.CDLL(NCCL_DOUBLE)
+        self.cuda.fake_cuda_fill_f64.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_size_t]
+        self.cuda.fake_cuda_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        self.cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+        self.nccl.fake_nccl_allreduce_calls.restype = ctypes.c_long
+
+    def stream(self):
+        handle = ctypes.c_void_p()
+        assert self.cuda.cuStreamCreate(ctypes.byref(handle), 0) == 0
+        return handle.value
+
+
+DOUBLE = None
+
+
+def doubles():
+    global DOUBLE
+    DOUBLE = DOUBLE or Doubles()
+    return DOUBLE
+
+
+def gpu_request(collective, name, array, output, stream, op=hvd.Sum, prescale=1.0, postscale=1.0, root=0):
+    return Request(collective, name, dtype_name(array.dtype), array.shape, address(array), address(output), op,
+                   prescale, postscale, root, keepalive=(array, output), gpu=(0, stream))
+
+
+def finished(handles):
+    """Waits for the handles, then on the host for their GPU work; returns nothing, raises their errors."""
+    for handle in handles:
+        handle.wait()
+    gpu.host_wait(handles)
+    for handle in handles:
+        handle.release()
+
+
+def test_every_reduction_nccl_has_against_float64_references():
+    rank, size = hvd.rank(), hvd.size()
+    stream = doubles().stream()
+    cases = 0
+    for dtype in ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]:
+        for op_name, op in OPS.items():
+            for scales in ((1.0, 1.0), (0.5, 3.0)):
+                name = f"gpu.{dtype}.{op_name}.{scales[0]}"
+                if not gpu.serves("allreduce", dtype, op, *scales):
+                    # What the adapters stage through host memory: integer averages and scaled integer sums,
+                    # scaled min/max/product.
+                    assert not dtype.startswith("float") and dtype != "bfloat16" or op_name in ("min", "max", "product")
+                    continue
+                x = rank_input(dtype, (37,), rank, op_name, name)
+                out = np.zeros_like(x)
+                finished([submit(gpu_request(Collective.ALLREDUCE, name, x, out, stream, op, *scales))])
+                inputs = [rank_input(dtype, (37,), r, op_name, name) for r in range(size)]
+                check_close(name, out, reduce_reference(inputs, op_name, *scales), dtype, "GPU all-reduce")
+                cases += 1
+    assert cases == 8 * 3 + 4 * 2 * 2 + 4, cases  # every op unscaled; float sum and average scaled too
+
+
+def test_the_collective_runs_after_the_work_enqueued_before_it():
+    """A "kernel" enqueued on the caller's stream writes the input just before the submission, and nothing waits
+    for it on the host: the collective must still see what it wrote (the double runs, on the host's wait for the
+    collective, only what the core's stream waits for)."""
+    rank, size = hvd.rank(), hvd.size()
+    d = doubles()
+    stream = d.stream()
+    x = np.zeros(1000)
+    out = np.full(1000, -1.0)
+    d.cuda.fake_cuda_fill_f64(stream, x.ctypes.data, float(rank + 1.5), x.size)  # deferred
+    handle = submit(gpu_request(Collective.ALLREDUCE, "after", x, out, stream))
+    handle.wait()  # enqueued on the core's stream, not run
+    assert (out == -1).all() and (x == 0).all(), "the double ran work nobody waited for"
+    finished([handle])
+    assert (out == sum(r + 1.5 for r in range(size))).all(), out[:4]
+
+
+def test_the_callers_next_work_runs_after_the_collective():
+    """After synchronize's stream wait, work the caller enqueues on its stream reads the reduced values."""
+    rank, size = hvd.rank(), hvd.size()
+    d = doubles()
+    stream = d.stream()
+    x = np.full(1000, float(rank + 1))
+    out = np.full(1000, -1.0)
+    handle = submit(gpu_request(Collective.ALLREDUCE, "before", x, out, stream))
+    handle.wait()
+    gpu.stream_wait([handle], stream)
+    readback = np.zeros(1000)
+    d.cuda.fake_cuda_copy(stream, readback.ctypes.data, out.ctypes.data, out.nbytes)  # deferred
+    assert d.cuda.cuStreamSynchronize(stream) == 0
+    assert (readback == sum(r + 1 for r in range(size))).all(), readback[:4]
+    handle.release()
+
+
+def test_256_small_tensors_are_fused_into_one_nccl_call():
+    rank, size = hvd.rank(), hvd.size()
+    d = doubles()
+    stream = d.stream()
+    arrays = [rank_input("float32", (i % 7 + 1,), rank, "sum", i) for i in range(256)]
+    outs = [np.zeros_like(a) for a in arrays]
+    before = d.nccl.fake_nccl_allreduce_calls()
+    handles = submit_group([gpu_request(Collective.ALLREDUCE, f"small.{i}", a, o, stream)
+                            for i, (a, o) in enumerate(zip(arrays, outs))])
+    finished(handles)
+    assert d.nccl.fake_nccl_allreduce_calls() - before == 1
+    for i, out in enumerate(outs):
+        inputs = [rank_input("float32", (i % 7 + 1,), r, "sum", i) for r in range(size)]
+        check_close(f"small.{i}", out, reduce_reference(inputs, "sum"), "float32", "fused GPU all-reduce")
+
+
+def test_broadcast_from_rank_1():
+    rank = hvd.rank()
+    stream = doubles().stream()
+    x = np.arange(10, dtype=np.int64) * (rank + 1)
+    out = np.zeros_like(x)
+    finished([submit(gpu_request(Collective.BROADCAST, "gpu.broadcast", x, out, stream, root=1))])
+    assert np.array_equal(out, np.arange(10) * 2), out
+
+
+def test_a_joined_rank_contributes_zeros():
+    rank = hvd.rank()
+    stream = doubles().stream()
+    if rank == 1:
+        assert hvd.join() == 0  # rank 0 joins last; this rank's stream is run by its watch thread meanwhile
+        return
+    x = np.full(5, 3.0, dtype=np.float32)
+    out = np.zeros_like(x)
+    finished([submit(gpu_request(Collective.ALLREDUCE, "gpu.joined", x, out, stream))])
+    assert np.array_equal(out, x), out
+    assert hvd.join() == 0
+
+
+def test_a_tensor_on_the_gpu_on_one_rank_and_on_the_cpu_on_another_is_an_error_on_both():
+    rank = hvd.rank()
+    x = np.ones(4, dtype=np.float32)
+    out = np.zeros_like(x)
+    if rank == 0:
+        handle = submit(gpu_request(Collective.ALLREDUCE, "where", x, out, doubles().stream()))
+    else:
+        handle = submit(Request(Collective.ALLREDUCE, "where", "float32", x.shape, address(x), address(out),
+                                hvd.Sum, keepalive=(x, out)))
+    with pytest.raises(hvd.HorovodInternalError) as error:
+        handle.wait()
+        handle.raise_error()
+    message = str(error.value)
+    assert "Mismatched devices" in message and "'where'" in message, message
+    assert "rank 0 sent a GPU tensor, rank 1 sent a CPU tensor" in message, message
+    handle.release()
+
+
+VERSIONS = """
+import sys, numpy as np, hvdlite as hvd
+from hvdlite import gpu
+from hvdlite.requests import Collective, Request, address, submit
+hvd.init()
+assert gpu.gpu_status()["nccl_collectives"]
+x = np.ones(3, np.float32)
+handle = submit(Request(Collective.ALLREDUCE, "versions", "float32", x.shape, address(x), address(x), hvd.Sum,
+                        keepalive=(x,), gpu=(0, 0)))
+try:
+    handle.wait()
+except hvd.HorovodInternalError as error:
+    open(f"{sys.argv[1]}/error-{hvd.rank()}.txt", "w").write(str(error))
+handle.release()
+hvd.shutdown()
+"""
+
+ASYNC_ERROR = """
+import numpy as np, hvdlite as hvd
+from hvdlite import gpu
+from hvdlite.requests import Collective, Request, address, submit
+hvd.init()
+assert gpu.collectives_available()
+x = np.ones(3, np.float32)
+handle = submit(Request(Collective.ALLREDUCE, "doomed", "float32", x.shape, address(x), address(x), hvd.Sum,
+                        keepalive=(x,), gpu=(0, 0)))
+handle.wait()
+gpu.host_wait([handle])
+print("REDUCED", hvd.rank(), x, flush=True)
+import time
+time.sleep(30)  # the watch ends the process before this returns
+print("STILL ALIVE", flush=True)
+"""
+
+
+@pytest.mark.ranks(1)
+def test_ranks_with_different_nccl_versions_refuse_to_mix_them(tmp_path):
+    script = tmp_path / "versions.py"
+    script.write_text(VERSIONS)
+    env = dict(ENV, OMP_NUM_THREADS="1")
+    args = [venv_tool("mpiexec")]
+    for version in ("22703", "22106"):  # hydra's MPMD form: one rank of each
+        args += ["-n", "1", "-env", "FAKE_NCCL_VERSION", version, sys.executable, str(script), str(tmp_path), ":"]
+    code, output = run(args[:-1], timeout=120, env=env)
+    assert code == 0, output
+    for rank in (0, 1):
+        error = (tmp_path / f"error-{rank}.txt").read_text()
+        assert "different NCCL versions (rank 0 has 2.27.3, rank 1 has 2.21.6)" in error, error
+
+
+@pytest.mark.ranks(1)
+def test_an_asynchronous_nccl_error_ends_the_process_and_says_which_tensor(tmp_path):
+    script = tmp_path / "async_error.py"
+    script.write_text(ASYNC_ERROR)
+    env = dict(ENV, OMP_NUM_THREADS="1", FAKE_NCCL_ASYNC_ERROR_AFTER="1")
+    code, output = run([venv_tool("mpiexec"), "-n", "2", sys.executable, str(script)], timeout=120, env=env)
+    assert code != 0 and "STILL ALIVE" not in output, output
+    assert output.count("[2. 2. 2.]") == 2, output  # reduced on both ranks before the error
+    for rank in (0, 1):
+        assert f"[hvdlite rank {rank}] NCCL collective failed (allreduce of 'doomed'): fake: remote process exited" \
+            in output, output
