@@ -193,7 +193,7 @@ def main():
         args.repeats = min(args.repeats, 3)
         sizes = [s for s in sizes if s in (4, 4096, 1 << 20, 4 << 20, 16 << 20)]
     import torch
-    dist = common.start_gloo()
+    dist = common.start_torch_distributed("gloo")
     results = {s: {} for s in sizes}
     for algorithm in ALGORITHMS:
         os.environ["HVDLITE_ALLREDUCE_ALGORITHM"] = algorithm

@@ -226,8 +226,9 @@ def human_bytes(n):
     return f"{n} B"
 
 
-def start_gloo():
-    """torch.distributed with the gloo backend over TCP on this host, ranks as in MPI.COMM_WORLD."""
+def start_torch_distributed(backend="gloo"):
+    """torch.distributed with ``backend`` (gloo, nccl), rendezvous over TCP on this host, ranks as in
+    MPI.COMM_WORLD."""
     import socket
 
     import torch.distributed as dist
@@ -237,5 +238,5 @@ def start_gloo():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     port = COMM.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank(), world_size=size())
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank(), world_size=size())
     return dist
