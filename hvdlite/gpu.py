@@ -6,11 +6,10 @@ NCCL is looked for in this order: HVDLITE_NCCL_LIBRARY alone when set; a copy th
 nvidia-nccl-cu12 / -cu13 wheels (``pip install hvdlite[cuda12]`` or ``[cuda13]``) on this Python's path; the
 dynamic linker's default search.
 
-Where the driver sees a GPU and NCCL is found, GPU tensors' all-reduces (sum, average, min, max, product, with
-scale factors on floating-point sums and averages) and broadcasts go through NCCL on the core's own stream
+Where the driver sees a GPU and NCCL is found, GPU tensors' collectives go through NCCL on the core's own stream
 (native/src/gpu/nccl_executor.h), ordered after the work the framework enqueued on its stream before the
-submission; ``nccl_built()`` is True. Other collectives, and reductions NCCL has no form for (int16, uint16,
-Adasum, scaled integer sums), go through host memory, as everything does where NCCL is not found.
+submission; ``nccl_built()`` is True. Reductions NCCL has no form for (int16, uint16, Adasum, averaged or scaled
+integers) go through host memory, as everything does where NCCL is not found.
 """
 import os
 import sys
@@ -75,15 +74,16 @@ def collectives_available():
     return _available[0]
 
 
-def serves(collective, dtype, op, prescale_factor=1.0, postscale_factor=1.0):
-    """Whether the NCCL path runs this request of GPU tensors (collective: "allreduce" or "broadcast"; dtype the
-    core's name; op an hvdlite op); else the adapter stages it through host memory."""
+def serves(collective, dtype, op=0, prescale_factor=1.0, postscale_factor=1.0):
+    """Whether the NCCL path runs this request of GPU tensors (collective: "allreduce", "reducescatter",
+    "broadcast", "allgather" or "alltoall"; dtype the core's name; op an hvdlite op); else the adapter stages it
+    through host memory."""
     from .ops import Adasum, Average, Sum
     if not collectives_available():
         return False
-    if collective == "broadcast":
+    if collective in ("broadcast", "allgather", "alltoall"):  # bytes moved, any dtype
         return True
-    if collective != "allreduce" or dtype not in NCCL_DTYPES or op == Adasum:
+    if dtype not in NCCL_DTYPES or op == Adasum:
         return False
     scaled = prescale_factor != 1.0 or postscale_factor != 1.0
     if op not in (Sum, Average):

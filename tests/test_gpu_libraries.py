@@ -16,7 +16,7 @@ import pytest
 from harness.processes import run
 
 NCCL_FUNCTIONS = ["ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclCommAbort",
-                  "ncclCommGetAsyncError", "ncclGetErrorString", "ncclAllReduce", "ncclAllGather", "ncclBroadcast",
+                  "ncclCommGetAsyncError", "ncclGetErrorString", "ncclAllReduce", "ncclAllGather", "ncclBroadcast", "ncclReduce",
                   "ncclReduceScatter", "ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"]
 
 STATUS = "import json, hvdlite; print('STATUS', json.dumps(hvdlite.gpu_status()))"

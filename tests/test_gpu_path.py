@@ -68,6 +68,7 @@ class Doubles:
         self.cuda.fake_cuda_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         self.cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
         self.nccl.fake_nccl_allreduce_calls.restype = ctypes.c_long
+        self.nccl.fake_nccl_calls.restype = ctypes.c_long
 
     def stream(self):
         handle = ctypes.c_void_p()
@@ -84,9 +85,10 @@ def doubles():
     return DOUBLE
 
 
-def gpu_request(collective, name, array, output, stream, op=hvd.Sum, prescale=1.0, postscale=1.0, root=0):
+def gpu_request(collective, name, array, output, stream, op=hvd.Sum, prescale=1.0, postscale=1.0, root=0,
+                splits=None):
     return Request(collective, name, dtype_name(array.dtype), array.shape, address(array), address(output), op,
-                   prescale, postscale, root, keepalive=(array, output), gpu=(0, stream))
+                   prescale, postscale, root, splits, keepalive=(array, output), gpu=(0, stream))
 
 
 def finished(handles):
@@ -177,6 +179,51 @@ def test_broadcast_from_rank_1():
     out = np.zeros_like(x)
     finished([submit(gpu_request(Collective.BROADCAST, "gpu.broadcast", x, out, stream, root=1))])
     assert np.array_equal(out, np.arange(10) * 2), out
+
+
+@pytest.mark.parametrize("equal", [True, False], ids=["equal rows", "rows differ by rank"])
+def test_allgather_into_the_callers_output(equal):
+    rank, size = hvd.rank(), hvd.size()
+    stream = doubles().stream()
+    rows = [3 if equal else r + 1 for r in range(size)]
+    every = [rank_input("float32", (rows[r], 4), r, "sum", ("ag", equal)) for r in range(size)]
+    out = np.zeros((sum(rows), 4), np.float32)
+    handle = submit(gpu_request(Collective.ALLGATHER, f"gpu.allgather.{equal}", every[rank], out, stream))
+    handle.wait()
+    assert tuple(handle.output_shape()) == out.shape
+    finished([handle])
+    assert np.array_equal(out, np.concatenate(every)), out[:, 0]
+
+
+def test_alltoall_with_splits_into_the_callers_output():
+    rank, size = hvd.rank(), hvd.size()
+    stream = doubles().stream()
+    splits = [[(s + r) % 3 + 1 for r in range(size)] for s in range(size)]  # splits[sender][receiver]
+    every = [rank_input("int64", (sum(splits[s]), 2), s, "sum", "a2a") for s in range(size)]
+    received = [splits[s][rank] for s in range(size)]
+    out = np.zeros((sum(received), 2), np.int64)
+    handle = submit(gpu_request(Collective.ALLTOALL, "gpu.alltoall", every[rank], out, stream, splits=splits[rank]))
+    handle.wait()
+    assert list(handle.received_splits()) == received and tuple(handle.output_shape()) == out.shape
+    finished([handle])
+    expected = [every[s][sum(splits[s][:rank]):sum(splits[s][:rank + 1])] for s in range(size)]
+    assert np.array_equal(out, np.concatenate(expected)), out[:, 0]
+
+
+@pytest.mark.parametrize("rows_per_rank", [2, 2.5], ids=["even", "uneven"])
+@pytest.mark.parametrize("op_name,scales", [("sum", (1.0, 1.0)), ("average", (0.5, 3.0)), ("max", (1.0, 1.0))])
+def test_reducescatter_into_the_callers_output(rows_per_rank, op_name, scales):
+    rank, size = hvd.rank(), hvd.size()
+    stream = doubles().stream()
+    rows = int(rows_per_rank * size)
+    name = f"gpu.rs.{rows}.{op_name}"
+    every = [rank_input("float64", (rows, 3), r, op_name, name) for r in range(size)]
+    mine = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+    out = np.zeros((mine[rank], 3))
+    finished([submit(gpu_request(Collective.REDUCESCATTER, name, every[rank], out, stream, OPS[op_name], *scales))])
+    start = sum(mine[:rank])
+    expected = reduce_reference(every, op_name, *scales)[start:start + mine[rank]]
+    check_close(name, out, expected, "float64", "GPU reducescatter")
 
 
 def test_a_joined_rank_contributes_zeros():
@@ -271,3 +318,55 @@ def test_an_asynchronous_nccl_error_ends_the_process_and_says_which_tensor(tmp_p
     for rank in (0, 1):
         assert f"[hvdlite rank {rank}] NCCL collective failed (allreduce of 'doomed'): fake: remote process exited" \
             in output, output
+
+
+@pytest.fixture
+def torch_on_doubles(monkeypatch):
+    """hvdlite.torch's GPU path (frameworks/torch/gpu_path.py) on CPU tensors: with the doubles, host memory is
+    "device memory", so only which tensors count as on a GPU, their stream and the final wait are replaced (a
+    TEST DOUBLE of torch's CUDA side; the adapter's own logic runs as it is)."""
+    import hvdlite.torch as hvd_torch
+    from hvdlite.torch import gpu_path as module
+    stream = doubles().stream()
+    monkeypatch.setattr(module, "on_one_gpu", lambda tensors: bool(tensors))
+    monkeypatch.setattr(module, "placement", lambda tensor: (0, stream))
+    monkeypatch.setattr(module, "order_after", lambda core_handles, device: gpu.host_wait(core_handles))
+    return hvd_torch
+
+
+def test_hvdlite_torch_puts_every_collective_of_gpu_tensors_on_the_nccl_path(torch_on_doubles):
+    import torch
+    t = torch_on_doubles
+    rank, size = hvd.rank(), hvd.size()
+    total = sum(r + 1 for r in range(size))
+    calls = doubles().nccl.fake_nccl_calls()
+    x = torch.arange(6, dtype=torch.float32) * (rank + 1)
+    assert torch.equal(t.allreduce(x, op=t.Sum, name="t.ar"), torch.arange(6.0) * total)
+    assert torch.equal(x, torch.arange(6, dtype=torch.float32) * (rank + 1)), "the input changed"
+    strided = (torch.arange(12.0).reshape(3, 4) * (rank + 1)).t()  # not contiguous: reduced in a copy, written back
+    t.allreduce_(strided, op=t.Average, name="t.ar_")
+    assert torch.allclose(strided, torch.arange(12.0).reshape(3, 4).t() * total / size)
+    grouped = t.grouped_allreduce([torch.ones(3) * rank, torch.ones(2, dtype=torch.float64)], op=t.Sum, name="t.g")
+    assert torch.equal(grouped[0], torch.ones(3) * sum(range(size))) and torch.equal(grouped[1], torch.ones(2) * size)
+    assert torch.equal(t.broadcast(torch.full((4,), float(rank)), root_rank=size - 1, name="t.b"),
+                       torch.full((4,), float(size - 1)))
+    mine = torch.full((rank + 1, 2), rank, dtype=torch.int32)
+    gathered = t.allgather(mine, name="t.ag")
+    assert torch.equal(gathered, torch.cat([torch.full((r + 1, 2), r, dtype=torch.int32) for r in range(size)]))
+    splits = [r + 1 for r in range(size)]  # rank r gets r + 1 rows from every rank
+    sent = torch.arange(sum(splits) * 2, dtype=torch.int64).reshape(-1, 2) + 100 * rank
+    received, received_splits = t.alltoall(sent, splits=splits, name="t.a2a")
+    assert received_splits.tolist() == [rank + 1] * size
+    assert torch.equal(received, torch.cat([(torch.arange(sum(splits) * 2).reshape(-1, 2) + 100 * s)
+                                            [sum(splits[:rank]):sum(splits[:rank + 1])] for s in range(size)]))
+    rows = 2 * size + 1
+    scattered = t.reducescatter(torch.arange(rows * 3, dtype=torch.float64).reshape(rows, 3) * (rank + 1),
+                                op=t.Sum, name="t.rs")
+    start = sum(rows // size + (r < rows % size) for r in range(rank))
+    count = rows // size + (rank < rows % size)
+    assert torch.equal(scattered, (torch.arange(rows * 3, dtype=torch.float64).reshape(rows, 3) * total)[start:start + count])
+    # Every collective above went through NCCL (the double), none through host memory: one call for each
+    # all-reduce (the grouped one fused) and the broadcast; a broadcast per rank for the allgather of unequal
+    # rows, a send and a receive per rank for the alltoall, a reduce per rank for the uneven reducescatter. The
+    # host exchanges of first dimensions and splits are not NCCL's.
+    assert doubles().nccl.fake_nccl_calls() - calls == 4 + size + 2 * size + size

@@ -4,6 +4,7 @@
 mpi_ops.py builds the differentiable synchronous API on top of them.
 """
 
+import numpy as np
 import torch
 
 from hvdlite import ops as core_ops
@@ -126,7 +127,28 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 # ---------------------------------------------------------------------------------------------- allgather
 
+def _allgather_on_gpu(tensors, names, process_set):
+    """As _allgather_group, in GPU memory through NCCL: every rank's first dimensions are gathered on the host
+    first, so that the outputs exist before the GPU all-gather writes them."""
+    inputs = [gpu_path.device_copy(t) for t in tensors]
+    rows = core_ops.allgather(np.array([i.shape[0] for i in inputs], np.int64), name=f"{names[0]}.rows",
+                              process_set=process_set).reshape(process_set.size(), len(inputs)).sum(axis=0)
+    outputs = [torch.empty((int(r),) + tuple(i.shape[1:]), dtype=i.dtype, device=i.device) for r, i in zip(rows, inputs)]
+    requests = [Request(collective=Collective.ALLGATHER, name=n, dtype=staging.core_dtype(i), shape=tuple(i.shape),
+                        input_ptr=staging.address(i), output_ptr=staging.address(o), process_set=process_set,
+                        keepalive=(i, o), gpu=gpu_path.placement(i))
+                for i, o, n in zip(inputs, outputs, names)]
+    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+
+    def finish(core_handles):
+        gpu_path.order_after(core_handles, tensors[0].device)
+        return outputs
+    return core, finish
+
+
 def _allgather_group(tensors, names, process_set):
+    if gpu_path.serves(tensors, "allgather"):
+        return _allgather_on_gpu(tensors, names, process_set)
     hosts = [staging.host_copy(t) for t in tensors]
     requests = [Request(collective=Collective.ALLGATHER, name=n, dtype=staging.core_dtype(h),
                         shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=0,
@@ -211,11 +233,34 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 # ----------------------------------------------------------------------------------------------- alltoall
 
+def _alltoall_on_gpu(tensor, split_list, name, process_set):
+    """alltoall in GPU memory through NCCL: how many rows each rank receives is exchanged on the host first, so
+    that the output exists before the GPU exchange writes it."""
+    size = process_set.size()
+    if split_list is None:
+        split_list = [tensor.shape[0] // size] * size
+    received = core_ops.alltoall(np.array(split_list, np.int32), name=f"{name}.splits", process_set=process_set)
+    received = received[0] if isinstance(received, tuple) else received
+    source = gpu_path.device_copy(tensor)
+    output = torch.empty((int(received.sum()),) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
+    request = Request(collective=Collective.ALLTOALL, name=name, dtype=staging.core_dtype(source),
+                      shape=tuple(source.shape), input_ptr=staging.address(source), output_ptr=staging.address(output),
+                      splits=split_list, process_set=process_set, keepalive=(source, output),
+                      gpu=gpu_path.placement(source))
+
+    def finish(core_handles):
+        gpu_path.order_after(core_handles, tensor.device)
+        return output, torch.tensor(core_handles[0].received_splits(), dtype=torch.int32)
+    return handles.register([submit(request)], finish)
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts scattering slices of ``tensor`` (``splits[i]`` rows to rank i; equal when None) and gathering
     what the others send. The result is ``(output, received_splits)``."""
-    host = staging.host_copy(tensor)
     split_list = staging.int_list(splits, "splits")
+    if gpu_path.serves([tensor], "alltoall"):
+        return _alltoall_on_gpu(tensor, split_list, _single(name, "alltoall", process_set), process_set)
+    host = staging.host_copy(tensor)
     request = Request(collective=Collective.ALLTOALL, name=_single(name, "alltoall", process_set),
                       dtype=staging.core_dtype(host), shape=tuple(host.shape),
                       input_ptr=staging.address(host), output_ptr=0, splits=split_list,
@@ -233,22 +278,26 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, process_set):
     check_op(op)
-    hosts = [staging.host_copy(t) for t in tensors]
+    on_gpu = gpu_path.serves(tensors, "reducescatter", op, prescale_factor, postscale_factor)
+    hosts = [gpu_path.device_copy(t) if on_gpu else staging.host_copy(t) for t in tensors]
     size, rank = process_set.size(), process_set.rank()
     outs = []
     for h in hosts:
         if h.dim() == 0:
             raise ValueError("reducescatter needs a tensor with at least one dimension")
         rows = core_ops.reducescatter_rows(h.shape[0], size, rank)
-        outs.append(staging.host_empty((rows,) + tuple(h.shape[1:]), h.dtype))
+        outs.append(torch.empty((rows,) + tuple(h.shape[1:]), dtype=h.dtype, device=h.device))
     requests = [Request(collective=Collective.REDUCESCATTER, name=n, dtype=staging.core_dtype(h),
                         shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=staging.address(o),
                         op=op, prescale_factor=float(prescale_factor), postscale_factor=float(postscale_factor),
-                        process_set=process_set, keepalive=(h, o))
+                        process_set=process_set, keepalive=(h, o), gpu=gpu_path.placement(h) if on_gpu else None)
                 for h, o, n in zip(hosts, outs, names)]
     core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
 
-    def finish(_):
+    def finish(core_handles):
+        if on_gpu:
+            gpu_path.order_after(core_handles, tensors[0].device)
+            return outs
         return [staging.to_device(o, t) for o, t in zip(outs, tensors)]
     return core, finish
 

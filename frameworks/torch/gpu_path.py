@@ -9,12 +9,19 @@ from hvdlite import gpu
 from . import staging
 
 
+def on_one_gpu(tensors):
+    """Whether ``tensors`` are all CUDA tensors of one GPU."""
+    return bool(tensors) and all(t.is_cuda and t.device == tensors[0].device for t in tensors)
+
+
 def serves(tensors, collective, op=0, prescale_factor=1.0, postscale_factor=1.0):
-    """Whether the NCCL path runs this request of ``tensors`` (all CUDA tensors on one GPU)."""
-    if not tensors or not all(t.is_cuda for t in tensors):
+    """Whether the NCCL path runs this request of ``tensors`` (on one GPU; at least one dimension for the
+    collectives along the first)."""
+    if not on_one_gpu(tensors):
         return False
-    device = tensors[0].device
-    if any(t.device != device or t.dtype not in staging.CORE_DTYPES for t in tensors):
+    if collective in ("allgather", "alltoall", "reducescatter") and any(t.dim() == 0 for t in tensors):
+        return False
+    if any(t.dtype not in staging.CORE_DTYPES for t in tensors):
         return False
     return all(gpu.serves(collective, staging.CORE_DTYPES[t.dtype], op, prescale_factor, postscale_factor)
                for t in tensors)

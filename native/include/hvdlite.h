@@ -99,7 +99,9 @@ typedef struct {
   const int64_t *shape;
   const void *input;
   void *output;              /* caller-allocated for allreduce, broadcast, reducescatter (may equal input);
-                                NULL for allgather and alltoall, whose output the core allocates */
+                                NULL for allgather and alltoall, whose output the core allocates, except for a
+                                GPU request: its output is always the caller's, sized from the other ranks'
+                                first dimensions (allgather) or splits (alltoall), exchanged beforehand */
   int32_t reduce_op;         /* enum hvdlite_reduce_op */
   double prescale_factor;
   double postscale_factor;
@@ -109,7 +111,7 @@ typedef struct {
   int64_t prepared;          /* 0, or hvdlite_prepare's token for this very request (see there) */
   int32_t gpu;               /* 1: input and output are memory of GPU gpu_device, written by work enqueued on
                                 gpu_stream (a CUstream; NULL for the legacy default stream): NCCL runs the
-                                collective after that work (all-reduce and broadcast; see hvdlite_gpu_load) */
+                                collective after that work (see hvdlite_gpu_load) */
   int32_t gpu_device;
   void *gpu_stream;
 } hvdlite_request;

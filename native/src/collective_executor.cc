@@ -69,7 +69,7 @@ std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch 
     if (!gpu_) gpu_ = std::make_unique<gpu::NcclExecutor>(layout_.rank, layout_.local_rank,
                                                           settings_.progress_timeout_seconds);
     error = gpu_->Execute(set.id, ctx, batch, locals);
-    Record(locals, head.spec.collective == Collective::kAllreduce ? "NCCL_ALLREDUCE" : "NCCL_BROADCAST", start);
+    Record(locals, gpu::NcclExecutor::TimelinePhase(head.spec.collective), start);
     return error;
   }
   switch (head.spec.collective) {

@@ -4,11 +4,12 @@
  * works with NCCL or on a GPU.
  *
  * Collectives are enqueued on the caller's (fake) stream and, when that stream runs them, carried out over an
- * MPI communicator: all-reduce gathers every rank's buffer and reduces element by element in double precision,
- * in rank order. A communicator is split from MPI_COMM_WORLD, so every rank of the job must create one at the
+ * MPI communicator: reductions gather every rank's buffer and reduce element by element in double precision, in
+ * rank order; a group (ncclGroupStart/End) runs as one operation, its sends and receives posted together. A communicator is split from MPI_COMM_WORLD, so every rank of the job must create one at the
  * same time (tests use the global process set). Environment: FAKE_NCCL_VERSION (default 22703), FAKE_NCCL_NO_AVG
  * (leave out ncclAvg, as NCCL < 2.10 does), FAKE_NCCL_ASYNC_ERROR_AFTER=N (ncclCommGetAsyncError reports a
- * remote error once N collectives have run). fake_nccl_allreduce_calls() counts all-reduce calls. */
+ * remote error once N collectives have run). fake_nccl_allreduce_calls() counts all-reduce calls,
+ * fake_nccl_calls() every call that moves data. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -32,9 +33,10 @@ typedef struct { char internal[128]; } ncclUniqueId;
 #define MAX_CUSTOM 64
 static double custom_scalars[MAX_CUSTOM];
 static int custom_used[MAX_CUSTOM];
-static long allreduce_calls = 0;
+static long allreduce_calls = 0, all_calls = 0;  /* what the core asked for, grouped or not */
 
 long fake_nccl_allreduce_calls(void) { return allreduce_calls; }
+long fake_nccl_calls(void) { return all_calls; }
 
 int ncclGetVersion(int *version) {
   const char *v = getenv("FAKE_NCCL_VERSION");
@@ -129,57 +131,158 @@ static void put(void *p, int type, size_t i, double v) {
   }
 }
 
-/* The scalar of a pre-multiplied sum is read at the call, as NCCL does: the operator may go right after. */
-struct allreduce { const void *send; void *receive; size_t count; int type, op; double scalar; struct comm *comm; };
-static void run_allreduce(void *context) {
-  struct allreduce *a = context;
-  size_t bytes = a->count * type_size(a->type);
-  char *all = malloc(bytes * a->comm->size + 1);
-  MPI_Allgather(a->send, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, a->comm->mpi);
-  double scalar = a->scalar;
-  for (size_t i = 0; i < a->count; ++i) {
+/* One collective (or send, or receive) as enqueued. The scalar of a pre-multiplied sum is read at the call, as
+ * NCCL does: the operator may go right after. */
+enum kind { ALLREDUCE, REDUCE, REDUCESCATTER, BROADCAST, ALLGATHER, SEND, RECV };
+struct call {
+  enum kind kind;
+  const void *send;
+  void *receive;
+  size_t count;
+  int type, op, peer; /* peer: root of a reduce or broadcast, the other rank of a send or receive */
+  double scalar;
+  struct comm *comm;
+};
+
+/* Reduces every rank's count elements of send into out (all ranks compute it). */
+static void reduce_all(const struct call *c, const void *send, void *out, size_t count) {
+  size_t bytes = count * type_size(c->type);
+  char *all = malloc(bytes * c->comm->size + 1);
+  MPI_Allgather(send, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->comm->mpi);
+  for (size_t i = 0; i < count; ++i) {
     double acc = 0;
-    for (int r = 0; r < a->comm->size; ++r) {
-      double v = get(all + r * bytes, a->type, i);
-      if (a->op >= FIRST_CUSTOM) v *= scalar;
+    for (int r = 0; r < c->comm->size; ++r) {
+      double v = get(all + r * bytes, c->type, i);
+      if (c->op >= FIRST_CUSTOM) v *= c->scalar;
       if (r == 0) { acc = v; continue; }
-      switch (a->op) {
+      switch (c->op) {
         case PROD: acc *= v; break;
         case MAX: acc = v > acc ? v : acc; break;
         case MIN: acc = v < acc ? v : acc; break;
         default: acc += v;
       }
     }
-    if (a->op == AVG) acc /= a->comm->size;
-    put(a->receive, a->type, i, acc);
+    if (c->op == AVG) acc /= c->comm->size;
+    put(out, c->type, i, acc);
   }
   free(all);
-  a->comm->collectives_run++;
-  free(a);
 }
-int ncclAllReduce(const void *send, void *receive, size_t count, int type, int op, struct comm *comm, void *stream) {
-  if (op == AVG && getenv("FAKE_NCCL_NO_AVG")) return INVALID_ARGUMENT;
-  if (op >= FIRST_CUSTOM && (op - FIRST_CUSTOM >= MAX_CUSTOM || !custom_used[op - FIRST_CUSTOM])) return INVALID_ARGUMENT;
-  struct allreduce *a = malloc(sizeof *a);
-  *a = (struct allreduce){send, receive, count, type, op, op >= FIRST_CUSTOM ? custom_scalars[op - FIRST_CUSTOM] : 1.0, comm};
-  allreduce_calls++;
-  fake_cuda_enqueue(stream, run_allreduce, a);
+
+static void run_one(struct call *c) {
+  size_t bytes = c->count * type_size(c->type);
+  struct comm *comm = c->comm;
+  switch (c->kind) {
+    case ALLREDUCE: reduce_all(c, c->send, c->receive, c->count); break;
+    case REDUCE: {
+      char *out = malloc(bytes + 1);
+      reduce_all(c, c->send, out, c->count);
+      if (comm->rank == c->peer) memcpy(c->receive, out, bytes);
+      free(out);
+      break;
+    }
+    case REDUCESCATTER: {  /* count: each rank's share */
+      char *out = malloc(bytes * comm->size + 1);
+      reduce_all(c, c->send, out, c->count * comm->size);
+      memcpy(c->receive, out + bytes * comm->rank, bytes);
+      free(out);
+      break;
+    }
+    case BROADCAST:
+      if (comm->rank == c->peer && c->receive != c->send) memcpy(c->receive, c->send, bytes);
+      MPI_Bcast(c->receive, (int)bytes, MPI_BYTE, c->peer, comm->mpi);
+      break;
+    case ALLGATHER:
+      MPI_Allgather(c->send, (int)bytes, MPI_BYTE, c->receive, (int)bytes, MPI_BYTE, comm->mpi);
+      break;
+    default: break;  /* sends and receives run in run_group */
+  }
+  comm->collectives_run++;
+}
+
+/* A group (ncclGroupStart/End): sends and receives posted together, then the collectives in call order. */
+struct group {
+  int count;
+  struct call calls[256];
+};
+static int group_depth = 0;
+static struct group *open_group = NULL;
+static void *group_stream = NULL;
+
+static void run_group(void *context) {
+  struct group *g = context;
+  MPI_Request requests[256];
+  int posted = 0;
+  for (int i = 0; i < g->count; ++i) {
+    struct call *c = &g->calls[i];
+    int bytes = (int)(c->count * type_size(c->type));
+    if (c->kind == SEND) MPI_Isend(c->send, bytes, MPI_BYTE, c->peer, 7, c->comm->mpi, &requests[posted++]);
+    if (c->kind == RECV) MPI_Irecv(c->receive, bytes, MPI_BYTE, c->peer, 7, c->comm->mpi, &requests[posted++]);
+  }
+  for (int i = 0; i < g->count; ++i) {
+    if (g->calls[i].kind != SEND && g->calls[i].kind != RECV) run_one(&g->calls[i]);
+  }
+  MPI_Waitall(posted, requests, MPI_STATUSES_IGNORE);
+  free(g);
+}
+
+static void run_single(void *context) {
+  run_one(context);
+  free(context);
+}
+
+static int submit(struct call call, void *stream) {
+  if (call.op >= FIRST_CUSTOM && (call.op - FIRST_CUSTOM >= MAX_CUSTOM || !custom_used[call.op - FIRST_CUSTOM]))
+    return INVALID_ARGUMENT;
+  if (call.op == AVG && getenv("FAKE_NCCL_NO_AVG")) return INVALID_ARGUMENT;
+  call.scalar = call.op >= FIRST_CUSTOM ? custom_scalars[call.op - FIRST_CUSTOM] : 1.0;
+  if (call.kind == ALLREDUCE) allreduce_calls++;
+  all_calls++;
+  if (group_depth > 0) {
+    if (open_group->count == 256) return INVALID_USAGE;
+    open_group->calls[open_group->count++] = call;
+    group_stream = stream;
+    return SUCCESS;
+  }
+  if (call.kind == SEND || call.kind == RECV) return INVALID_USAGE;  /* NCCL would deadlock outside a group */
+  struct call *c = malloc(sizeof *c);
+  *c = call;
+  fake_cuda_enqueue(stream, run_single, c);
   return SUCCESS;
 }
 
-struct broadcast { const void *send; void *receive; size_t bytes; int root; struct comm *comm; };
-static void run_broadcast(void *context) {
-  struct broadcast *b = context;
-  if (b->comm->rank == b->root && b->receive != b->send) memcpy(b->receive, b->send, b->bytes);
-  MPI_Bcast(b->receive, (int)b->bytes, MPI_BYTE, b->root, b->comm->mpi);
-  b->comm->collectives_run++;
-  free(b);
+int ncclGroupStart(void) {
+  if (group_depth++ == 0) open_group = calloc(1, sizeof *open_group);
+  return SUCCESS;
+}
+int ncclGroupEnd(void) {
+  if (group_depth == 0) return INVALID_USAGE;
+  if (--group_depth > 0) return SUCCESS;
+  if (open_group->count) fake_cuda_enqueue(group_stream, run_group, open_group); else free(open_group);
+  open_group = NULL;
+  return SUCCESS;
+}
+
+int ncclAllReduce(const void *send, void *receive, size_t count, int type, int op, struct comm *comm, void *stream) {
+  return submit((struct call){ALLREDUCE, send, receive, count, type, op, 0, 0, comm}, stream);
+}
+int ncclReduce(const void *send, void *receive, size_t count, int type, int op, int root, struct comm *comm,
+               void *stream) {
+  return submit((struct call){REDUCE, send, receive, count, type, op, root, 0, comm}, stream);
+}
+int ncclReduceScatter(const void *send, void *receive, size_t count, int type, int op, struct comm *comm, void *stream) {
+  return submit((struct call){REDUCESCATTER, send, receive, count, type, op, 0, 0, comm}, stream);
 }
 int ncclBroadcast(const void *send, void *receive, size_t count, int type, int root, struct comm *comm, void *stream) {
-  struct broadcast *b = malloc(sizeof *b);
-  *b = (struct broadcast){send, receive, count * type_size(type), root, comm};
-  fake_cuda_enqueue(stream, run_broadcast, b);
-  return SUCCESS;
+  return submit((struct call){BROADCAST, send, receive, count, type, SUM, root, 0, comm}, stream);
+}
+int ncclAllGather(const void *send, void *receive, size_t count, int type, struct comm *comm, void *stream) {
+  return submit((struct call){ALLGATHER, send, receive, count, type, SUM, 0, 0, comm}, stream);
+}
+int ncclSend(const void *send, size_t count, int type, int peer, struct comm *comm, void *stream) {
+  return submit((struct call){SEND, send, NULL, count, type, SUM, peer, 0, comm}, stream);
+}
+int ncclRecv(void *receive, size_t count, int type, int peer, struct comm *comm, void *stream) {
+  return submit((struct call){RECV, NULL, receive, count, type, SUM, peer, 0, comm}, stream);
 }
 
 int ncclRedOpCreatePreMulSum(int *op, void *scalar, int type, int residence, struct comm *comm) {
@@ -201,10 +304,3 @@ int ncclRedOpDestroy(int op, struct comm *comm) {
   return SUCCESS;
 }
 
-/* Not used by hvdlite's GPU path yet. */
-int ncclAllGather(void) { return INVALID_USAGE; }
-int ncclReduceScatter(void) { return INVALID_USAGE; }
-int ncclSend(void) { return INVALID_USAGE; }
-int ncclRecv(void) { return INVALID_USAGE; }
-int ncclGroupStart(void) { return SUCCESS; }
-int ncclGroupEnd(void) { return SUCCESS; }

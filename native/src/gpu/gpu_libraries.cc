@@ -139,7 +139,7 @@ void LoadNccl(const NcclSearch &search, LoadStatus &status) {
       Bind("ncclCommAbort", f.ncclCommAbort), Bind("ncclCommGetAsyncError", f.ncclCommGetAsyncError),
       Bind("ncclGetErrorString", f.ncclGetErrorString), Bind("ncclAllReduce", f.ncclAllReduce),
       Bind("ncclAllGather", f.ncclAllGather), Bind("ncclBroadcast", f.ncclBroadcast),
-      Bind("ncclReduceScatter", f.ncclReduceScatter), Bind("ncclSend", f.ncclSend), Bind("ncclRecv", f.ncclRecv),
+      Bind("ncclReduce", f.ncclReduce), Bind("ncclReduceScatter", f.ncclReduceScatter), Bind("ncclSend", f.ncclSend), Bind("ncclRecv", f.ncclRecv),
       Bind("ncclGroupStart", f.ncclGroupStart), Bind("ncclGroupEnd", f.ncclGroupEnd)});
   if (missing.empty()) {
     // Optional: left null by an older NCCL (scale factors on GPU tensors then need a newer one).

@@ -151,9 +151,20 @@ std::string NcclExecutor::Execute(int32_t set_id, const CommContext &ctx, const 
   switch (spec.collective) {
     case Collective::kAllreduce: error = Allreduce(*d, comm, ctx, batch, locals); break;
     case Collective::kBroadcast: error = Broadcast(*d, comm, *batch.parts.front(), locals[0]); break;
+    case Collective::kAllgather: case Collective::kAlltoall: case Collective::kReducescatter: {
+      if (!locals[0] || !locals[0]->output) {
+        error = std::string(CollectiveName(spec.collective)) + " of GPU tensor '" + spec.name +
+                "' needs an output the caller allocated";
+        break;
+      }
+      const Response &response = *batch.parts.front();
+      error = spec.collective == Collective::kAllgather ? Allgather(*d, comm, ctx, response, *locals[0])
+              : spec.collective == Collective::kAlltoall ? Alltoall(*d, comm, ctx, response, *locals[0])
+                                                         : Reducescatter(*d, comm, ctx, response, *locals[0]);
+      break;
+    }
     default:
-      error = std::string(CollectiveName(spec.collective)) + " of GPU tensor '" + spec.name +
-              "': NCCL runs all-reduce and broadcast here (the framework adapter stages the others through host memory)";
+      error = std::string(CollectiveName(spec.collective)) + " of GPU tensor '" + spec.name + "': not a GPU collective";
   }
   if (!error.empty()) return error;
   CUevent event = EventPool::Get().Acquire(device, &error);
@@ -163,7 +174,7 @@ std::string NcclExecutor::Execute(int32_t set_id, const CommContext &ctx, const 
   if (!error.empty()) return error;
   for (Entry *e : locals) {
     if (!e) continue;
-    e->results = std::make_unique<CoreResults>();
+    if (!e->results) e->results = std::make_unique<CoreResults>();
     e->results->gpu_done = done;
   }
   watch_.Launched(comm, std::move(done),
@@ -236,6 +247,117 @@ std::string NcclExecutor::Broadcast(Device &d, ncclComm_t comm, const Response &
   std::string error = NcclFailed("ncclBroadcast", Nccl().ncclBroadcast(local->input, local->output, bytes, kNcclUint8,
                                                                    response.spec.root_rank, comm, d.stream));
   return error.empty() ? "" : "broadcast of GPU tensor '" + response.spec.name + "': " + error;
+}
+
+namespace {
+
+int64_t RowElements(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+void *At(void *base, size_t offset) { return static_cast<uint8_t *>(base) + offset; }
+const void *At(const void *base, size_t offset) { return static_cast<const uint8_t *>(base) + offset; }
+
+// Ends an NCCL group whatever happened inside it, keeping the first error.
+std::string EndGroup(std::string error) {
+  std::string ended = NcclFailed("ncclGroupEnd", Nccl().ncclGroupEnd());
+  return error.empty() ? ended : error;
+}
+
+}  // namespace
+
+std::string NcclExecutor::Allgather(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
+                                    Entry &local) {
+  const size_t row_bytes = static_cast<size_t>(RowElements(local.request.shape)) * DataTypeSize(response.spec.dtype);
+  const std::vector<int64_t> &rows = response.first_dims;
+  bool equal = true;
+  for (int64_t r : rows) equal = equal && r == rows[0];
+  std::string error;
+  if (equal) {
+    error = NcclFailed("ncclAllGather", Nccl().ncclAllGather(local.input, local.output, rows[0] * row_bytes, kNcclUint8,
+                                                            comm, d.stream));
+  } else {  // each rank's rows broadcast from it, into their place in every output
+    error = NcclFailed("ncclGroupStart", Nccl().ncclGroupStart());
+    size_t offset = 0;
+    for (int r = 0; r < ctx.size && error.empty(); ++r) {
+      const size_t bytes = static_cast<size_t>(rows[r]) * row_bytes;
+      error = NcclFailed("ncclBroadcast", Nccl().ncclBroadcast(local.input, At(local.output, offset), bytes,
+                                                               kNcclUint8, r, comm, d.stream));
+      offset += bytes;
+    }
+    error = EndGroup(error);
+  }
+  if (!error.empty()) return "allgather of GPU tensor '" + response.spec.name + "': " + error;
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  local.results = std::make_unique<CoreResults>();
+  local.results->output_shape = local.request.shape;
+  local.results->output_shape[0] = total;
+  return "";
+}
+
+std::string NcclExecutor::Alltoall(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
+                                   Entry &local) {
+  const Request &spec = local.request;
+  const size_t row_bytes = static_cast<size_t>(RowElements(spec.shape)) * DataTypeSize(spec.dtype);
+  std::vector<int32_t> send_rows = local.splits;
+  if (send_rows.empty()) send_rows.assign(ctx.size, static_cast<int32_t>(spec.shape[0] / ctx.size));
+  std::vector<int32_t> receive_rows(ctx.size);
+  MPI_Alltoall(send_rows.data(), 1, MPI_INT32_T, receive_rows.data(), 1, MPI_INT32_T, ctx.comm);
+  std::string error = NcclFailed("ncclGroupStart", Nccl().ncclGroupStart());
+  size_t send_offset = 0, receive_offset = 0;
+  for (int r = 0; r < ctx.size && error.empty(); ++r) {
+    const size_t send = static_cast<size_t>(send_rows[r]) * row_bytes;
+    const size_t receive = static_cast<size_t>(receive_rows[r]) * row_bytes;
+    error = NcclFailed("ncclSend", Nccl().ncclSend(At(local.input, send_offset), send, kNcclUint8, r, comm, d.stream));
+    if (error.empty()) {
+      error = NcclFailed("ncclRecv", Nccl().ncclRecv(At(local.output, receive_offset), receive, kNcclUint8, r, comm,
+                                                     d.stream));
+    }
+    send_offset += send;
+    receive_offset += receive;
+  }
+  error = EndGroup(error);
+  if (!error.empty()) return "alltoall of GPU tensor '" + response.spec.name + "': " + error;
+  int64_t total = 0;
+  for (int32_t r : receive_rows) total += r;
+  local.results = std::make_unique<CoreResults>();
+  local.results->output_shape = spec.shape;
+  local.results->output_shape[0] = total;
+  local.results->received_splits = std::move(receive_rows);
+  return "";
+}
+
+std::string NcclExecutor::Reducescatter(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
+                                        Entry &local) {
+  const Request &spec = response.spec;
+  auto failed = [&](const std::string &why) { return "reducescatter of GPU tensor '" + spec.name + "': " + why; };
+  ncclDataType_t type;
+  if (!NcclType(spec.dtype, &type)) return failed(std::string("NCCL does not reduce ") + DataTypeName(spec.dtype));
+  Reduction reduction;
+  std::string error = MakeReduction(spec, ctx.size, comm, type, &reduction);
+  if (!error.empty()) return failed(error);
+  const int64_t rows = spec.shape[0], row_elements = RowElements(spec.shape);
+  const size_t element = DataTypeSize(spec.dtype);
+  if (rows % ctx.size == 0) {
+    error = NcclFailed("ncclReduceScatter",
+                       Nccl().ncclReduceScatter(local.input, local.output, static_cast<size_t>(rows / ctx.size * row_elements),
+                                                type, reduction.op, comm, d.stream));
+  } else {  // the first rows % size ranks get one row more: one reduce to each rank
+    error = NcclFailed("ncclGroupStart", Nccl().ncclGroupStart());
+    size_t offset = 0;
+    for (int r = 0; r < ctx.size && error.empty(); ++r) {
+      const size_t count = static_cast<size_t>((rows / ctx.size + (r < rows % ctx.size ? 1 : 0)) * row_elements);
+      error = NcclFailed("ncclReduce", Nccl().ncclReduce(At(local.input, offset * element), local.output, count, type,
+                                                         reduction.op, r, comm, d.stream));
+      offset += count;
+    }
+    error = EndGroup(error);
+  }
+  if (reduction.custom) Nccl().ncclRedOpDestroy(reduction.op, comm);
+  return error.empty() ? "" : failed(error);
 }
 
 void NcclExecutor::ForgetProcessSet(int32_t set_id) {

@@ -3,7 +3,11 @@
 // stream at submission), a fused all-reduce packs its tensors into the device's fusion buffer (cuMemcpyAsync),
 // reduces it in place and unpacks it, and a done event recorded after the collective is handed to every
 // tensor's handle (the framework's stream waits on it) and to the watch (gpu_watch.h). Average is NCCL's own
-// (ncclAvg); scale factors on floating-point sums become NCCL's pre-multiplied sum. Background thread only.
+// (ncclAvg); scale factors on floating-point sums become NCCL's pre-multiplied sum. Allgather, alltoall and
+// reducescatter write into outputs the caller allocated (it learns the sizes first: the adapters exchange the
+// first dimensions or splits on the host); allgather with unequal first dimensions is one NCCL broadcast per
+// rank, alltoall grouped sends and receives, an uneven reducescatter one NCCL reduce per rank, all in one NCCL
+// group. Background thread only.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,6 +34,15 @@ class NcclExecutor {
   std::string Execute(int32_t set_id, const CommContext &ctx, const FusedBatch &batch,
                       const std::vector<Entry *> &locals);
   void ForgetProcessSet(int32_t set_id);
+  static const char *TimelinePhase(Collective collective) {
+    switch (collective) {
+      case Collective::kAllreduce: return "NCCL_ALLREDUCE";
+      case Collective::kBroadcast: return "NCCL_BROADCAST";
+      case Collective::kAllgather: return "NCCL_ALLGATHER";
+      case Collective::kAlltoall: return "NCCL_ALLTOALL";
+      default: return "NCCL_REDUCESCATTER";
+    }
+  }
 
  private:
   struct Device {
@@ -41,6 +54,10 @@ class NcclExecutor {
   std::string Allreduce(Device &d, ncclComm_t comm, const CommContext &ctx, const FusedBatch &batch,
                         const std::vector<Entry *> &locals);
   std::string Broadcast(Device &d, ncclComm_t comm, const Response &response, const Entry *local);
+  std::string Allgather(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response, Entry &local);
+  std::string Alltoall(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response, Entry &local);
+  std::string Reducescatter(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
+                            Entry &local);
 
   const int local_rank_;
   NcclCommunicators communicators_;
