@@ -5,7 +5,8 @@
  *
  * Collectives are enqueued on the caller's (fake) stream and, when that stream runs them, carried out over an
  * MPI communicator: reductions gather every rank's buffer and reduce element by element in double precision, in
- * rank order; a group (ncclGroupStart/End) runs as one operation, its sends and receives posted together. A communicator is split from MPI_COMM_WORLD, so every rank of the job must create one at the
+ * rank order; a group (ncclGroupStart/End) runs as one operation, its sends and receives posted together. A
+ * communicator is split from MPI_COMM_WORLD, so every rank of the job must create one at the
  * same time (tests use the global process set). Environment: FAKE_NCCL_VERSION (default 22703), FAKE_NCCL_NO_AVG
  * (leave out ncclAvg, as NCCL < 2.10 does), FAKE_NCCL_ASYNC_ERROR_AFTER=N (ncclCommGetAsyncError reports a
  * remote error once N collectives have run). fake_nccl_allreduce_calls() counts all-reduce calls,

@@ -13,7 +13,9 @@ std::string CompareVersions(const CommContext &ctx, int32_t set_id) {
   for (int32_t version : all) {
     if (version == all[0]) continue;
     std::string text = "the ranks of process set " + std::to_string(set_id) + " loaded different NCCL versions (";
-    for (int r = 0; r < ctx.size; ++r) text += (r ? ", rank " : "rank ") + std::to_string(r) + " has " + NcclVersionText(all[r]);
+    for (int r = 0; r < ctx.size; ++r) {
+      text += (r ? ", rank " : "rank ") + std::to_string(r) + " has " + NcclVersionText(all[r]);
+    }
     return text + "); every rank must load the same NCCL (HVDLITE_NCCL_LIBRARY, or one nvidia-nccl wheel)";
   }
   return "";

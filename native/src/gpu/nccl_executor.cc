@@ -140,7 +140,9 @@ std::string NcclExecutor::Execute(int32_t set_id, const CommContext &ctx, const 
   // Every ready event is waited on or given back, whatever fails: none is left behind.
   for (Entry *e : locals) {
     if (!e || !e->gpu_ready) continue;
-    if (d && error.empty()) error = CudaFailed("cuStreamWaitEvent", Driver().cuStreamWaitEvent(d->stream, e->gpu_ready, 0));
+    if (d && error.empty()) {
+      error = CudaFailed("cuStreamWaitEvent", Driver().cuStreamWaitEvent(d->stream, e->gpu_ready, 0));
+    }
     EventPool::Get().Release(e->gpu_device, e->gpu_ready);
     e->gpu_ready = nullptr;
   }
@@ -219,19 +221,24 @@ std::string NcclExecutor::Allreduce(Device &d, ncclComm_t comm, const CommContex
     for (size_t i = 0; i < batch.parts.size() && error.empty(); ++i) {
       const size_t part = static_cast<size_t>(batch.parts[i]->Elements()) * element;
       if (part == 0) continue;
-      error = locals[i] ? CudaFailed("cuMemcpyAsync", cu.cuMemcpyAsync(d.fusion + offset, Address(locals[i]->input), part, d.stream))
-                        : CudaFailed("cuMemsetD8Async", cu.cuMemsetD8Async(d.fusion + offset, 0, part, d.stream));  // joined: zeros
+      error = locals[i]
+                  ? CudaFailed("cuMemcpyAsync",
+                               cu.cuMemcpyAsync(d.fusion + offset, Address(locals[i]->input), part, d.stream))
+                  : CudaFailed("cuMemsetD8Async",  // joined: zeros
+                               cu.cuMemsetD8Async(d.fusion + offset, 0, part, d.stream));
       offset += part;
     }
     if (error.empty()) {
       void *buffer = reinterpret_cast<void *>(static_cast<uintptr_t>(d.fusion));
-      error = NcclFailed("ncclAllReduce", Nccl().ncclAllReduce(buffer, buffer, total, type, reduction.op, comm, d.stream));
+      error = NcclFailed("ncclAllReduce",
+                         Nccl().ncclAllReduce(buffer, buffer, total, type, reduction.op, comm, d.stream));
     }
     offset = 0;
     for (size_t i = 0; i < batch.parts.size() && error.empty(); ++i) {
       const size_t part = static_cast<size_t>(batch.parts[i]->Elements()) * element;
       if (locals[i] && part) {
-        error = CudaFailed("cuMemcpyAsync", cu.cuMemcpyAsync(Address(locals[i]->output), d.fusion + offset, part, d.stream));
+        error = CudaFailed("cuMemcpyAsync",
+                           cu.cuMemcpyAsync(Address(locals[i]->output), d.fusion + offset, part, d.stream));
       }
       offset += part;
     }
@@ -342,9 +349,9 @@ std::string NcclExecutor::Reducescatter(Device &d, ncclComm_t comm, const CommCo
   const int64_t rows = spec.shape[0], row_elements = RowElements(spec.shape);
   const size_t element = DataTypeSize(spec.dtype);
   if (rows % ctx.size == 0) {
-    error = NcclFailed("ncclReduceScatter",
-                       Nccl().ncclReduceScatter(local.input, local.output, static_cast<size_t>(rows / ctx.size * row_elements),
-                                                type, reduction.op, comm, d.stream));
+    const size_t share = static_cast<size_t>(rows / ctx.size * row_elements);
+    error = NcclFailed("ncclReduceScatter", Nccl().ncclReduceScatter(local.input, local.output, share, type,
+                                                                     reduction.op, comm, d.stream));
   } else {  // the first rows % size ranks get one row more: one reduce to each rank
     error = NcclFailed("ncclGroupStart", Nccl().ncclGroupStart());
     size_t offset = 0;
