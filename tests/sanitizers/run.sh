@@ -20,7 +20,8 @@ export HVDLITE_NATIVE_DIR=$root/build/sanitize-$kind/hvdlite
 # Not under a sanitizer: test_core_memory counts allocations with a preloaded library of its own.
 tests=(tests/test_core_collectives.py tests/test_core_direct.py tests/test_core_eager.py tests/test_core_errors.py
        tests/test_tensor_calls.py tests/test_core_init.py tests/test_core_overlap.py tests/test_core_response_cache.py
-       tests/test_core_hierarchical.py tests/test_core_quiet_wake.py tests/test_core_adasum.py)
+       tests/test_core_hierarchical.py tests/test_core_quiet_wake.py tests/test_core_adasum.py
+       tests/test_gpu_path.py)  # the GPU path through the CUDA and NCCL test doubles
 case $kind in
   address)
     tests+=(tests/test_numpy_arrays.py tests/test_autotune.py tests/test_timeline.py)
