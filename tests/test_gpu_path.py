@@ -308,6 +308,20 @@ def test_ranks_with_different_nccl_versions_refuse_to_mix_them(tmp_path):
 
 
 @pytest.mark.ranks(1)
+def test_a_rank_that_cannot_set_up_its_gpu_fails_every_rank_instead_of_hanging(tmp_path):
+    script = tmp_path / "versions.py"
+    script.write_text(VERSIONS)  # the same job: one all-reduce of a GPU tensor, errors written per rank
+    args = [venv_tool("mpiexec"), "-n", "1", sys.executable, str(script), str(tmp_path), ":",
+            "-n", "1", "-env", "FAKE_CUDA_FAIL_STREAM_CREATE", "1", sys.executable, str(script), str(tmp_path)]
+    code, output = run(args, timeout=120, env=dict(ENV, OMP_NUM_THREADS="1"))
+    assert code == 0, output
+    here = (tmp_path / "error-1.txt").read_text()
+    assert "cuStreamCreate" in here, here
+    other = (tmp_path / "error-0.txt").read_text()
+    assert "another rank of process set 0 could not set up its GPU for NCCL" in other, other
+
+
+@pytest.mark.ranks(1)
 def test_an_asynchronous_nccl_error_ends_the_process_and_says_which_tensor(tmp_path):
     script = tmp_path / "async_error.py"
     script.write_text(ASYNC_ERROR)

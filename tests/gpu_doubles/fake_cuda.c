@@ -9,7 +9,8 @@
  * itself after a producer's event runs before the producer and reads stale memory, as it may on a GPU.
  * Operations run one at a time (one lock).
  *
- * For tests: fake_cuda_fill_f64 / fake_cuda_copy enqueue a write (a "kernel") on a stream;
+ * FAKE_CUDA_FAIL_STREAM_CREATE makes cuStreamCreate fail. For tests: fake_cuda_fill_f64 / fake_cuda_copy
+ * enqueue a write (a "kernel") on a stream;
  * fake_cuda_enqueue lets the NCCL double put its collectives on a stream. */
 #include <pthread.h>
 #include <stdint.h>
@@ -116,6 +117,7 @@ CUresult cuCtxSetCurrent(void *context) { (void)context; return OK; }
 
 CUresult cuStreamCreate(void **stream, unsigned flags) {
   (void)flags;
+  if (getenv("FAKE_CUDA_FAIL_STREAM_CREATE")) return 2;  /* out of memory, say */
   *stream = calloc(1, sizeof(struct stream));
   return OK;
 }

@@ -33,17 +33,20 @@ ncclComm_t NcclCommunicators::For(int32_t set_id, const CommContext &ctx, int32_
     }
     return c.comm;
   }
-  // Every rank takes both steps, whatever the first one found, so that none is left waiting in the second.
-  *error = CompareVersions(ctx, set_id);
+  // Every rank takes every step, whatever the one before found, so that none is left waiting in the next.
+  const bool failed_here = !error->empty();
+  const std::string versions = CompareVersions(ctx, set_id);
+  if (!failed_here) *error = versions;
   ncclUniqueId id{};
   ncclResult_t made = kNcclSuccess;
-  if (ctx.rank == 0) made = Nccl().ncclGetUniqueId(&id);
+  if (ctx.rank == 0 && !failed_here) made = Nccl().ncclGetUniqueId(&id);
   int32_t ok = error->empty() && made == kNcclSuccess ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT32_T, MPI_MIN, ctx.comm);
   if (!ok) {
     if (error->empty()) {
       *error = made != kNcclSuccess ? "ncclGetUniqueId: " + NcclErrorText(made)
-                                    : "rank 0 of process set " + std::to_string(set_id) + " could not make an NCCL id";
+                                    : "another rank of process set " + std::to_string(set_id) +
+                                          " could not set up its GPU for NCCL (its own error says why)";
     }
     return nullptr;
   }

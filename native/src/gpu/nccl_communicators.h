@@ -21,6 +21,8 @@ class NcclCommunicators {
   NcclCommunicators &operator=(const NcclCommunicators &) = delete;
 
   // The set's communicator, made on device (current on this thread) if the set has none; null with the error.
+  // *error on the way in is this rank's own failure, if any: the ranks still meet to make the communicator, so
+  // that every one of them fails instead of the others waiting for this one.
   ncclComm_t For(int32_t set_id, const CommContext &ctx, int32_t device, std::string *error);
   // The device the set's communicator was made on, or -1; the communicator, or null.
   int32_t DeviceOf(int32_t set_id) const;

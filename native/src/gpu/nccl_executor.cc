@@ -146,8 +146,10 @@ std::string NcclExecutor::Execute(int32_t set_id, const CommContext &ctx, const 
     EventPool::Get().Release(e->gpu_device, e->gpu_ready);
     e->gpu_ready = nullptr;
   }
-  if (!error.empty()) return error;
-  last_device_ = device;
+  // Before the set has a communicator, a failure here still goes through making it (nccl_communicators.h), so
+  // that the other ranks fail too instead of waiting for this one.
+  if (!error.empty() && communicators_.CommOf(set_id)) return error;
+  if (error.empty()) last_device_ = device;
   ncclComm_t comm = communicators_.For(set_id, ctx, device, &error);
   if (!comm) return error;
   switch (spec.collective) {
