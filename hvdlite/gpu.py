@@ -16,6 +16,8 @@ import sys
 
 from . import config
 from ._native import ffi, lib
+from .errors import HorovodInternalError
+from .ops import Adasum, Average, Sum
 
 NCCL_WHEEL_FOLDER = os.path.join("nvidia", "nccl", "lib")
 # The core's dtype names that NCCL reduces (int16, uint16 and bool it does not).
@@ -78,7 +80,6 @@ def serves(collective, dtype, op=0, prescale_factor=1.0, postscale_factor=1.0):
     """Whether the NCCL path runs this request of GPU tensors (collective: "allreduce", "reducescatter",
     "broadcast", "allgather" or "alltoall"; dtype the core's name; op an hvdlite op); else the adapter stages it
     through host memory."""
-    from .ops import Adasum, Average, Sum
     if not collectives_available():
         return False
     if collective in ("broadcast", "allgather", "alltoall"):  # bytes moved, any dtype
@@ -93,7 +94,6 @@ def serves(collective, dtype, op=0, prescale_factor=1.0, postscale_factor=1.0):
 
 def _raise_if(code, buffer, what):
     if code != 0:
-        from .errors import HorovodInternalError
         raise HorovodInternalError(f"{what}: {ffi.string(buffer).decode()}")
 
 

@@ -3,8 +3,8 @@
 As in Horovod, ``commit()`` saves a copy in memory and then checks for host changes; here it also keeps the copy
 in every host's memory outside the processes and on its disk (commits.py), since a failure ends the processes.
 ``restore()`` goes back to the last commit, ``sync()`` makes every rank hold rank 0's state, and the reset
-callbacks run when a job resumes on a different number of ranks. Subclasses provide ``save``/``restore``/``sync`` for their objects and
-``snapshot``/``load_snapshot`` for the copy that goes to disk.
+callbacks run when a job resumes on a different number of ranks. Subclasses provide ``save``/``restore``/``sync``
+for their objects and ``snapshot``/``load_snapshot`` for the copy that goes to disk.
 """
 import copy
 

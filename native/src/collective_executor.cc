@@ -13,12 +13,6 @@
 namespace hvdlite {
 namespace {
 
-int64_t RowElements(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
-  return n;
-}
-
 bool FitsInt(int64_t v) { return v <= INT_MAX; }
 
 }  // namespace
@@ -176,7 +170,7 @@ std::string CollectiveExecutor::Allreduce(const CommContext &ctx, const FusedBat
 
 std::string CollectiveExecutor::Allgather(const CommContext &ctx, const Response &response, Entry &local) {
   const Request &spec = response.spec;
-  const int64_t row_bytes = RowElements(local.request.shape) * static_cast<int64_t>(DataTypeSize(spec.dtype));
+  const int64_t row_bytes = local.request.RowElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
   std::vector<int> counts(ctx.size), displacements(ctx.size);
   int64_t total_rows = 0, offset = 0;
   for (int r = 0; r < ctx.size; ++r) {
@@ -212,7 +206,7 @@ std::string CollectiveExecutor::Broadcast(const CommContext &ctx, const Response
 
 std::string CollectiveExecutor::Alltoall(const CommContext &ctx, const Response &response, Entry &local) {
   const Request &spec = local.request;
-  const int64_t row_bytes = RowElements(spec.shape) * static_cast<int64_t>(DataTypeSize(spec.dtype));
+  const int64_t row_bytes = spec.RowElements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
   std::vector<int32_t> send_rows = local.splits;
   if (send_rows.empty()) send_rows.assign(ctx.size, static_cast<int32_t>(spec.shape[0] / ctx.size));
   std::vector<int32_t> recv_rows(ctx.size);
@@ -244,7 +238,7 @@ std::string CollectiveExecutor::Alltoall(const CommContext &ctx, const Response 
 
 std::string CollectiveExecutor::Reducescatter(const CommContext &ctx, const Response &response, Entry &local) {
   const Request &spec = response.spec;
-  const int64_t rows = spec.shape[0], row_elements = RowElements(spec.shape);
+  const int64_t rows = spec.shape[0], row_elements = spec.RowElements();
   const int64_t total = spec.NumElements();
   const size_t element = DataTypeSize(spec.dtype);
   std::vector<int> counts(ctx.size);

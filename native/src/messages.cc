@@ -11,6 +11,12 @@ int64_t Request::NumElements() const {
   return n;
 }
 
+int64_t Request::RowElements() const {
+  int64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
 namespace {
 
 class Writer {

@@ -26,6 +26,7 @@ struct Request {
   std::vector<int32_t> ranks;     // add_process_set: the new set's global ranks
 
   int64_t NumElements() const;
+  int64_t RowElements() const;  // elements in one index of the first dimension (allgather, alltoall, reducescatter)
 };
 
 // What every round reads of a response first (its error, its size), then the request's scalars: a cached

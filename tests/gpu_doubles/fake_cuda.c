@@ -171,30 +171,22 @@ CUresult cuEventRecord(void *event, void *stream) {
   return OK;
 }
 
-CUresult cuEventSynchronize(void *event) {
-  struct event *e = event;
+/* Runs what event's newest record depends on, up to that record; whether it has run. Without wait, nothing runs
+ * while another thread runs an operation (a collective may be running): cuEventQuery never blocks. */
+static int run_to_event(struct event *e, int wait) {
   pthread_mutex_lock(&queue_lock);
   uint64_t generation = e->recorded;
   struct stream *on = e->recorded_on;
   pthread_mutex_unlock(&queue_lock);
-  pthread_mutex_lock(&run_lock);
-  while (!event_reached(e, generation) && on && run_head(on)) {}
-  pthread_mutex_unlock(&run_lock);
-  return event_reached(e, generation) ? OK : INVALID_VALUE;
-}
-
-CUresult cuEventQuery(void *event) {
-  struct event *e = event;
-  pthread_mutex_lock(&queue_lock);
-  uint64_t generation = e->recorded;
-  struct stream *on = e->recorded_on;
-  pthread_mutex_unlock(&queue_lock);
-  if (pthread_mutex_trylock(&run_lock) == 0) {  /* never blocks: a collective may be running */
+  if (wait ? pthread_mutex_lock(&run_lock) == 0 : pthread_mutex_trylock(&run_lock) == 0) {
     while (!event_reached(e, generation) && on && run_head(on)) {}
     pthread_mutex_unlock(&run_lock);
   }
-  return event_reached(e, generation) ? OK : NOT_READY;
+  return event_reached(e, generation);
 }
+
+CUresult cuEventSynchronize(void *event) { return run_to_event(event, 1) ? OK : INVALID_VALUE; }
+CUresult cuEventQuery(void *event) { return run_to_event(event, 0) ? OK : NOT_READY; }
 
 CUresult cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);

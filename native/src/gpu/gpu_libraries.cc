@@ -15,6 +15,8 @@ constexpr int kOldestNcclVersion = 2400;  // 2.4.0 (codes before 2.9: major*1000
 
 CudaDriverFunctions driver_functions{};
 NcclFunctions nccl_functions{};
+std::mutex load_mutex;                // guards loaded
+std::optional<LoadStatus> loaded;     // what the first LoadGpuLibraries found
 
 struct Symbol {
   const char *name;
@@ -45,17 +47,6 @@ std::string LoadedPath(void *library, const std::string &fallback) {
   if (dlinfo(library, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0]) return map->l_name;
   return fallback;
 }
-
-}  // namespace
-
-std::string CudaErrorText(CUresult result) {
-  const char *text = nullptr;
-  if (driver_functions.cuGetErrorString && driver_functions.cuGetErrorString(result, &text) == kCudaSuccess && text)
-    return std::string(text) + " (" + std::to_string(result) + ")";
-  return "CUDA error " + std::to_string(result);
-}
-
-namespace {
 
 void LoadDriver(LoadStatus &status) {
   void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -139,7 +130,8 @@ void LoadNccl(const NcclSearch &search, LoadStatus &status) {
       Bind("ncclCommAbort", f.ncclCommAbort), Bind("ncclCommGetAsyncError", f.ncclCommGetAsyncError),
       Bind("ncclGetErrorString", f.ncclGetErrorString), Bind("ncclAllReduce", f.ncclAllReduce),
       Bind("ncclAllGather", f.ncclAllGather), Bind("ncclBroadcast", f.ncclBroadcast),
-      Bind("ncclReduce", f.ncclReduce), Bind("ncclReduceScatter", f.ncclReduceScatter), Bind("ncclSend", f.ncclSend), Bind("ncclRecv", f.ncclRecv),
+      Bind("ncclReduce", f.ncclReduce), Bind("ncclReduceScatter", f.ncclReduceScatter),
+      Bind("ncclSend", f.ncclSend), Bind("ncclRecv", f.ncclRecv),
       Bind("ncclGroupStart", f.ncclGroupStart), Bind("ncclGroupEnd", f.ncclGroupEnd)});
   if (missing.empty()) {
     // Optional: left null by an older NCCL (scale factors on GPU tensors then need a newer one).
@@ -173,11 +165,6 @@ std::string NcclVersionText(int code) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
-namespace {
-std::mutex load_mutex;
-std::optional<LoadStatus> loaded;
-}  // namespace
-
 const LoadStatus &LoadGpuLibraries(const NcclSearch &search) {
   std::lock_guard<std::mutex> lock(load_mutex);
   if (!loaded) {
@@ -206,6 +193,13 @@ bool GpuCollectivesAvailable(std::string *why) {
 int LoadedNcclVersion() {
   std::lock_guard<std::mutex> lock(load_mutex);
   return loaded ? loaded->nccl_version : 0;
+}
+
+std::string CudaErrorText(CUresult result) {
+  const char *text = nullptr;
+  if (driver_functions.cuGetErrorString && driver_functions.cuGetErrorString(result, &text) == kCudaSuccess && text)
+    return std::string(text) + " (" + std::to_string(result) + ")";
+  return "CUDA error " + std::to_string(result);
 }
 
 std::string NcclErrorText(ncclResult_t result) {

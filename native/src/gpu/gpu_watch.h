@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/allreduce_algorithm.h"
 #include "gpu/device_resources.h"
 #include "types.h"
 

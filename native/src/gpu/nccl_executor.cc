@@ -1,6 +1,7 @@
 #include "gpu/nccl_executor.h"
 
 #include <cstdint>
+#include <numeric>
 
 #include "gpu/gpu_libraries.h"
 #include "half.h"
@@ -260,10 +261,12 @@ std::string NcclExecutor::Broadcast(Device &d, ncclComm_t comm, const Response &
 
 namespace {
 
-int64_t RowElements(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
-  return n;
+// The results of a GPU allgather or alltoall: the request's shape with the rows written into the caller's output.
+CoreResults &ResultsWithRows(Entry &local, int64_t rows) {
+  local.results = std::make_unique<CoreResults>();
+  local.results->output_shape = local.request.shape;
+  local.results->output_shape[0] = rows;
+  return *local.results;
 }
 
 void *At(void *base, size_t offset) { return static_cast<uint8_t *>(base) + offset; }
@@ -279,7 +282,7 @@ std::string EndGroup(std::string error) {
 
 std::string NcclExecutor::Allgather(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
                                     Entry &local) {
-  const size_t row_bytes = static_cast<size_t>(RowElements(local.request.shape)) * DataTypeSize(response.spec.dtype);
+  const size_t row_bytes = static_cast<size_t>(local.request.RowElements()) * DataTypeSize(response.spec.dtype);
   const std::vector<int64_t> &rows = response.first_dims;
   bool equal = true;
   for (int64_t r : rows) equal = equal && r == rows[0];
@@ -299,18 +302,14 @@ std::string NcclExecutor::Allgather(Device &d, ncclComm_t comm, const CommContex
     error = EndGroup(error);
   }
   if (!error.empty()) return "allgather of GPU tensor '" + response.spec.name + "': " + error;
-  int64_t total = 0;
-  for (int64_t r : rows) total += r;
-  local.results = std::make_unique<CoreResults>();
-  local.results->output_shape = local.request.shape;
-  local.results->output_shape[0] = total;
+  ResultsWithRows(local, std::accumulate(rows.begin(), rows.end(), int64_t{0}));
   return "";
 }
 
 std::string NcclExecutor::Alltoall(Device &d, ncclComm_t comm, const CommContext &ctx, const Response &response,
                                    Entry &local) {
   const Request &spec = local.request;
-  const size_t row_bytes = static_cast<size_t>(RowElements(spec.shape)) * DataTypeSize(spec.dtype);
+  const size_t row_bytes = static_cast<size_t>(spec.RowElements()) * DataTypeSize(spec.dtype);
   std::vector<int32_t> send_rows = local.splits;
   if (send_rows.empty()) send_rows.assign(ctx.size, static_cast<int32_t>(spec.shape[0] / ctx.size));
   std::vector<int32_t> receive_rows(ctx.size);
@@ -330,12 +329,8 @@ std::string NcclExecutor::Alltoall(Device &d, ncclComm_t comm, const CommContext
   }
   error = EndGroup(error);
   if (!error.empty()) return "alltoall of GPU tensor '" + response.spec.name + "': " + error;
-  int64_t total = 0;
-  for (int32_t r : receive_rows) total += r;
-  local.results = std::make_unique<CoreResults>();
-  local.results->output_shape = spec.shape;
-  local.results->output_shape[0] = total;
-  local.results->received_splits = std::move(receive_rows);
+  ResultsWithRows(local, std::accumulate(receive_rows.begin(), receive_rows.end(), int64_t{0})).received_splits =
+      std::move(receive_rows);
   return "";
 }
 
@@ -348,7 +343,7 @@ std::string NcclExecutor::Reducescatter(Device &d, ncclComm_t comm, const CommCo
   Reduction reduction;
   std::string error = MakeReduction(spec, ctx.size, comm, type, &reduction);
   if (!error.empty()) return failed(error);
-  const int64_t rows = spec.shape[0], row_elements = RowElements(spec.shape);
+  const int64_t rows = spec.shape[0], row_elements = spec.RowElements();
   const size_t element = DataTypeSize(spec.dtype);
   if (rows % ctx.size == 0) {
     const size_t share = static_cast<size_t>(rows / ctx.size * row_elements);
