@@ -1,9 +1,15 @@
-"""Synthetic PyTorch training throughput: hvdlite's DistributedOptimizer against PyTorch DDP (gloo), on the same
-ResNet-like model, batch size and number of processes, side by side in one run, with single-process throughput
-and each one's scaling efficiency.
+"""Synthetic PyTorch training throughput: hvdlite's DistributedOptimizer against PyTorch DDP (gloo on the CPU,
+NCCL on GPUs), on the same ResNet-like model, batch size and number of processes, side by side in one run, with
+single-process throughput and each one's scaling efficiency.
 
     python bench/torch_synthetic.py --np 2                          # table on stdout
     python bench/torch_synthetic.py --np 2 --json out.json --plot out.png
+    python bench/torch_synthetic.py --np 2 --device cuda --frameworks hvdlite,ddp
+
+With --device cuda each process trains on GPU local_rank % GPUs. Where the processes of a host outnumber its GPUs
+(a test machine with one GPU), each process gets its own NCCL_HOSTID, so that NCCL (which refuses two ranks of one
+host on one GPU before 2.30) treats them as separate hosts and connects them through its network transport; both
+frameworks then share that transport, and their ratio still compares like with like.
 
 Like Horovod's pytorch_synthetic_benchmark.py: every process trains on one fixed batch of random images for
 --num-warmup-batches, then --num-iters timed iterations of --num-batches-per-iter steps. A job's throughput is
@@ -26,7 +32,8 @@ import time
 HERE = os.path.abspath(__file__)
 FRAMEWORKS = ("single", "hvdlite", "ddp")
 LABELS = {"single": "single process (no communication)", "hvdlite": "hvdlite DistributedOptimizer",
-          "ddp": "PyTorch DDP (gloo)", "pair": "hvdlite and PyTorch DDP (gloo), taking turns in one job"}
+          "ddp": "PyTorch DDP", "pair": "hvdlite and PyTorch DDP, taking turns in one job"}
+DDP_BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 
 
 def parse_args(argv=None):
@@ -41,6 +48,8 @@ def parse_args(argv=None):
     parser.add_argument("--num-batches-per-iter", type=int, default=5)
     parser.add_argument("--num-iters", type=int, default=20)
     parser.add_argument("--fp16-allreduce", action="store_true", help="hvdlite: Compression.fp16")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where to train; DDP's backend is gloo on the CPU, NCCL on GPUs")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma list of: single, hvdlite, ddp")
     parser.add_argument("--rounds", type=int, default=2, help="repeats of the whole sequence (medians reported)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per framework run")
@@ -97,7 +106,7 @@ def setup_hvdlite(args, model, size):
     return model, optimizer, hvd.shutdown
 
 
-def setup_ddp(model, comm, rank, size):
+def setup_ddp(model, comm, rank, size, device):
     import datetime
 
     import torch
@@ -109,8 +118,8 @@ def setup_ddp(model, comm, rank, size):
     port = comm.bcast(store.port if rank == 0 else None, root=0)
     if rank != 0:
         store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
-    model = torch.nn.parallel.DistributedDataParallel(model)
+    dist.init_process_group(DDP_BACKENDS[device.type], store=store, rank=rank, world_size=size, timeout=timeout)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
     return model, optimizer, dist.destroy_process_group
 
@@ -127,11 +136,21 @@ def run_worker(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rank, size, comm = 0, 1, None
+    local_rank, local_size = 0, 1
     if args.worker != "single":
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         rank, size = comm.Get_rank(), comm.Get_size()
-    model = resnet_like(args)
+        host = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        local_rank, local_size = host.Get_rank(), host.Get_size()
+        host.Free()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        if local_size > torch.cuda.device_count():  # see the module's docstring
+            os.environ["NCCL_HOSTID"] = f"torch-synthetic-rank-{rank}"
+    model = resnet_like(args).to(device)
     parameters = sum(p.numel() for p in model.parameters())
     trainers, finalizers = {}, []
     if args.worker == "single":
@@ -140,11 +159,13 @@ def run_worker(args):
         *trainers["hvdlite"], finalize = setup_hvdlite(args, copy.deepcopy(model), size)
         finalizers.append(finalize)
     if args.worker in ("ddp", "pair"):
-        *trainers["ddp"], finalize = setup_ddp(copy.deepcopy(model), comm, rank, size)
+        *trainers["ddp"], finalize = setup_ddp(copy.deepcopy(model), comm, rank, size, device)
         finalizers.append(finalize)
 
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, args.num_classes, (args.batch_size,))
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size).to(device)
+    target = torch.randint(0, args.num_classes, (args.batch_size,)).to(device)
+    # A timed iteration ends when the GPU's work does, not when it is enqueued.
+    finish = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step(net, optimizer):
         optimizer.zero_grad()
@@ -154,6 +175,7 @@ def run_worker(args):
     for net, optimizer in trainers.values():
         for _ in range(args.num_warmup_batches):
             step(net, optimizer)
+        finish()
     rates = {name: [] for name in trainers}  # this process's samples/s per timed iteration
     order = list(trainers)
     for iteration in range(args.num_iters):
@@ -164,6 +186,7 @@ def run_worker(args):
             start = time.perf_counter()
             for _ in range(args.num_batches_per_iter):
                 step(net, optimizer)
+            finish()
             rates[name].append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
     all_rates = [rates] if comm is None else comm.gather(rates, root=0)
     if rank == 0:
@@ -185,7 +208,7 @@ def run_worker(args):
 def worker_command(args, framework, result_file):
     passthrough = []
     for key in ("batch_size", "image_size", "width", "blocks", "num_classes", "num_warmup_batches",
-                "num_batches_per_iter", "num_iters"):
+                "num_batches_per_iter", "num_iters", "device"):
         passthrough += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     if args.fp16_allreduce:
         passthrough.append("--fp16-allreduce")
@@ -242,7 +265,8 @@ def summarize(args, results):
         if framework not in FRAMEWORKS:
             continue
         efficiency = result["scaling_efficiency"]
-        rows.append((LABELS[framework], result["processes"], f"{result['samples_per_s']:.1f}",
+        label = LABELS[framework] + (f" ({DDP_BACKENDS[args.device]})" if framework == "ddp" else "")
+        rows.append((label, result["processes"], f"{result['samples_per_s']:.1f}",
                      f"+-{result['samples_per_s_std']:.1f}", "-" if efficiency is None else f"{100 * efficiency:.1f}%"))
     header = ("framework", "processes", "samples/s", "std", "scaling efficiency")
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
@@ -255,7 +279,7 @@ def summarize(args, results):
     return "\n".join(lines)
 
 
-def plot(path, results):
+def plot(path, results, device):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -274,7 +298,7 @@ def plot(path, results):
             ax.annotate(f"{100 * eff:.0f}% eff.", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom")
     ax.set_ylabel("samples/s (all processes)")
-    ax.set_title("Synthetic ResNet-like training, PyTorch CPU")
+    ax.set_title(f"Synthetic ResNet-like training, PyTorch {'GPU' if device == 'cuda' else 'CPU'}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
@@ -304,7 +328,8 @@ def main(argv=None):
     table = summarize(args, results)
     print(f"\nmodel: ResNet-like, width {args.width}, {args.blocks} block(s)/stage, "
           f"{results[frameworks[0]]['parameters']} parameters; batch {args.batch_size} per process, "
-          f"{args.image_size}x{args.image_size} images; {args.np} processes on {os.cpu_count()} cores\n")
+          f"{args.image_size}x{args.image_size} images; {args.np} processes on {os.cpu_count()} cores"
+          f"{', on GPUs' if args.device == 'cuda' else ''}\n")
     print(table)
     if args.json:
         payload = {"settings": {k: v for k, v in vars(args).items() if k not in ("worker", "result_file")},
@@ -313,7 +338,7 @@ def main(argv=None):
             json.dump(payload, f, indent=1)
         print(f"wrote {args.json}")
     if args.plot:
-        plot(args.plot, results)
+        plot(args.plot, results, args.device)
 
 
 if __name__ == "__main__":

@@ -384,3 +384,45 @@ def test_hvdlite_torch_puts_every_collective_of_gpu_tensors_on_the_nccl_path(tor
     # rows, a send and a receive per rank for the alltoall, a reduce per rank for the uneven reducescatter. The
     # host exchanges of first dimensions and splits are not NCCL's.
     assert doubles().nccl.fake_nccl_calls() - calls == 4 + size + 2 * size + size
+
+
+def test_distributed_optimizer_reduces_gpu_gradients_through_prepared_nccl_requests(torch_on_doubles):
+    """DistributedOptimizer's per-gradient fast path on the GPU: each gradient's request is filled once and
+    resubmitted every step, reduced in place by NCCL, and the step reads the averaged gradients."""
+    import copy
+
+    import torch
+
+    from hvdlite.torch import gpu_path
+    t = torch_on_doubles
+    rank, size = hvd.rank(), hvd.size()
+    torch.manual_seed(0)  # the same model on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+    optimizer = t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+
+    def batch(r, step):
+        return torch.from_numpy(rank_input("float64", (3, 5), r, "sum", ("optimizer", step)))
+
+    allreduce_calls = doubles().nccl.fake_nccl_allreduce_calls()
+    prepared = None
+    for step in range(3):
+        expected = []  # every rank's gradients computed here, on copies, and averaged in float64
+        for r in range(size):
+            replica = copy.deepcopy(model)
+            replica(batch(r, step)).square().sum().backward()
+            expected.append([p.grad.clone() for p in replica.parameters()])
+        optimizer.zero_grad()
+        model(batch(rank, step)).square().sum().backward()
+        optimizer.synchronize()
+        for p, *per_rank in zip(model.parameters(), *expected):
+            check_close(f"gradient {tuple(p.shape)}", p.grad.numpy(), (sum(per_rank) / size).numpy(), "float64",
+                        f"step {step}:")
+        with optimizer.skip_synchronize():
+            optimizer.step()
+        requests = [bucket.prepared for bucket in optimizer._buckets]
+        assert all(r is not None for r in requests), "a gradient left the prepared path"
+        assert prepared is None or all(a is b for a, b in zip(prepared, requests)), "a request was filled again"
+        prepared = requests
+    assert {bucket.placement for bucket in optimizer._buckets} == {gpu_path.placement(model[0].weight)}
+    assert doubles().nccl.fake_nccl_allreduce_calls() - allreduce_calls >= 3, "the gradients did not go to NCCL"

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import torch
 
 from hvdlite.process_sets import global_process_set
-from hvdlite.requests import Collective, PreparedRequest, Request
+from hvdlite.requests import Collective, PreparedRequest, Request, release_all
 
 from . import async_ops as aops
-from . import staging
+from . import gpu_path, staging
 from .async_ops import Adasum, Average, Sum
 from .compression import Compression
 from .handles import synchronize as _synchronize_handle
@@ -27,7 +27,7 @@ from .handles import synchronize as _synchronize_handle
 class _Bucket:
     """Parameters whose gradients are all-reduced together (one parameter unless ``groups`` was given)."""
 
-    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared", "sparse")
+    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared", "placement", "sparse")
 
     def __init__(self, params, name):
         self.params = params
@@ -36,10 +36,12 @@ class _Bucket:
         self.handle = None
         self.contexts = None
         self.prepared = None  # the PreparedRequest of the in-place fast path (see _submit_prepared)
+        self.placement = None  # what it was prepared for: None (CPU), or the GPU and stream (gpu_path.placement)
         self.sparse = set()  # parameters whose sparse gradient is reduced dense (sparse_as_dense)
 
 
 _PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest (handle: the core's)
+_PREPARED_GPU = object()  # the same for a GPU gradient: synchronize orders the current stream after it
 
 
 class _DistributedOptimizer:
@@ -199,23 +201,32 @@ class _DistributedOptimizer:
 
     def _submit_prepared(self, bucket):
         """The common case made cheap (it runs in a hook for every parameter, every step): one parameter, a
-        dense contiguous CPU gradient, no compression. Its request is filled in on the first step and then
-        resubmitted with the gradient's current address, reduced in place. False where the general path is
-        needed."""
+        dense contiguous gradient on the CPU, or on a GPU where NCCL reduces it, no compression. Its request is
+        filled in on the first step (again if the gradient moves to another GPU or stream) and then resubmitted
+        with the gradient's current address, reduced in place. False where the general path is needed."""
         if len(bucket.params) != 1 or self._compression is not Compression.none:
             return False
         p = bucket.params[0]
         grad = p.grad
-        if grad is None or grad.is_sparse or not grad.is_cpu or grad.dtype != p.dtype or not grad.is_contiguous():
+        if grad is None or grad.is_sparse or grad.dtype != p.dtype or not grad.is_contiguous():
             return False
-        if bucket.prepared is None:
+        if gpu_path.on_one_gpu((grad,)):
+            placement = gpu_path.placement(grad)
+        elif grad.is_cpu:
+            placement = None
+        else:
+            return False
+        if bucket.prepared is None or bucket.placement != placement:
             prescale, postscale = self._scale_factors()
+            if placement is not None and not gpu_path.serves((grad,), "allreduce", self._op, prescale, postscale):
+                return False  # staged through host memory by the general path
             bucket.prepared = PreparedRequest(Request(
                 Collective.ALLREDUCE, bucket.name, staging.core_dtype(p), tuple(p.shape), op=self._op,
-                prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set))
+                prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set, gpu=placement))
+            bucket.placement = placement
         address = staging.address(grad)
         bucket.handle = bucket.prepared.submit(address, address, grad)  # the core's Handle: no user handle needed
-        bucket.contexts = _PREPARED
+        bucket.contexts = _PREPARED if placement is None else _PREPARED_GPU
         return True
 
     def _submit_sparse(self, bucket, prescale):
@@ -242,13 +253,26 @@ class _DistributedOptimizer:
             if bucket.handle is None:
                 self._submit(bucket)
         error = None
+        on_gpu = {}  # device -> its prepared gradients' handles, released once its current stream waits for them
         for bucket in self._buckets:
             try:
-                self._finish(bucket)
+                if bucket.contexts is _PREPARED_GPU:
+                    on_gpu.setdefault(bucket.params[0].grad.device, []).append(bucket.handle)
+                    bucket.handle.wait()  # the NCCL work is enqueued (raises what the core refused)
+                else:
+                    self._finish(bucket)
             except Exception as e:  # wait for every bucket so nothing stays in flight; raise the first error
                 error = error or e
             bucket.handle, bucket.contexts = None, None
             bucket.ready.clear()
+        for device, handles in on_gpu.items():
+            try:
+                if error is None:  # the optimizer's step reads the gradients after the all-reduces wrote them
+                    gpu_path.order_after(handles, device)
+            except Exception as e:
+                error = e
+            finally:
+                release_all(handles)
         for p in self._delay:
             self._delay[p] = self.backward_passes_per_step
         if error is not None:
