@@ -127,6 +127,67 @@ def elastic_commit_block(result):
     return machine_block(result) + "\n\n![elastic commits](benchmarks/elastic_commit.png)\n\n" + "\n".join(rows)
 
 
+GPU_ALLREDUCES = {"gpu_allreduce": "time-sliced", "gpu_allreduce_mps": "MPS"}
+
+
+def gpu_block(allreduces, training):
+    """The GPU figures (tests/gpu/run.sh's bench and bench/torch_synthetic.py --device cuda, run on a GPU machine:
+    `make bench` has none to rerun them, this only renders their JSON)."""
+    m = (training or next(iter(allreduces.values())))["machine"]
+    text = (f"- machine: {m.get('gpu', '?')}, {m.get('cores', '?')} CPU cores; torch {m.get('torch', '')}, NCCL "
+            f"{m.get('nccl', '')}, {m.get('mpi', '')}, Python {m.get('python', '')}\n"
+            f"- one GPU: 2 ranks share it, each as its own NCCL host (NCCL_HOSTID; NCCL before 2.30 refuses two "
+            f"ranks of one host on one GPU), connected by NCCL's socket transport, the same for both frameworks\n\n"
+            "![GPU](benchmarks/gpu.png)\n")
+    if training:
+        text += ("\n| setup | model (parameters) | hvdlite samples/s | DDP (NCCL) samples/s | hvdlite / DDP |\n"
+                 "|---|---|---:|---:|---:|\n")
+        text += "\n".join(f"| {r['setup']} | {r['model']} ({r['parameters']:,}) | {r['hvdlite_samples_per_s']:.0f} | "
+                          f"{r['ddp_samples_per_s']:.0f} | {r['hvdlite_over_ddp']:.3f} |" for r in training["runs"])
+        text += f"\n\n- revision {m.get('git', '')}, {m.get('date', '')}; command: `{m.get('command', '')}`\n"
+    if allreduces:
+        text += ("\n| 2 ranks | all-reduce | hvdlite ms | torch.distributed ms | ratio | hvdlite GB/s | torch GB/s |\n"
+                 "|---|---:|---:|---:|---:|---:|---:|\n")
+        text += "\n".join(f"| {GPU_ALLREDUCES[name]} | {r['bytes'] >> 20} MiB | {r['hvdlite_ms']:.3f} | "
+                          f"{r['torch_ms']:.3f} | {r['ratio']:.2f} | {r['hvdlite_busbw_gbs']:.1f} | "
+                          f"{r['torch_busbw_gbs']:.1f} |" for name, result in allreduces.items() for r in result["rows"])
+        text += "\n"
+        for name, result in allreduces.items():
+            a = result["machine"]
+            text += (f"\n- {GPU_ALLREDUCES[name]}: revision {a.get('git', '')}, {a.get('date', '')}; command: "
+                     f"`{a.get('command', '')}`")
+    return text
+
+
+def plot_gpu(allreduces, training, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    if training:
+        runs = training["runs"]
+        labels = [f"{r['setup'].replace(', ', chr(10))}\n{r['model']}" for r in runs]
+        left.bar(range(len(runs)), [r["hvdlite_over_ddp"] for r in runs],
+                 color=["tab:blue" if r["hvdlite_over_ddp"] >= 1 else "tab:orange" for r in runs])
+        left.axhline(1.0, color="black", linewidth=0.8)
+        left.set_xticks(range(len(runs)), labels, fontsize=7)
+        left.set_ylabel("training samples/s, hvdlite / DDP (NCCL)")
+        left.set_title("DistributedOptimizer vs DDP, ResNet-like")
+    for name, result in allreduces.items():
+        rows = result["rows"]
+        right.plot([r["bytes"] >> 20 for r in rows], [r["ratio"] for r in rows], marker="o", label=GPU_ALLREDUCES[name])
+    if allreduces:
+        right.legend()
+        right.axhline(1.0, color="black", linewidth=0.8)
+        right.set_xscale("log", base=2)
+        right.set_xlabel("all-reduce size, MiB")
+        right.set_ylabel("time, hvdlite / torch.distributed")
+        right.set_title("all-reduce of CUDA tensors, 2 ranks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def summary_block(results):
     rows = ["| target | measured | result |", "|---|---:|---|"]
     for name in ("allreduce", "fusion", "multihost"):
@@ -153,6 +214,9 @@ def plot_all(results):
     if results.get("multihost"):
         import multihost
         multihost.plot(results["multihost"]["rows"], os.path.join(PLOTS, "multihost.png"))
+    allreduces = {name: results[name] for name in GPU_ALLREDUCES if results.get(name)}
+    if results.get("gpu_training") or allreduces:
+        plot_gpu(allreduces, results.get("gpu_training"), os.path.join(PLOTS, "gpu.png"))
     # elastic_commit.plot needs no MPI job: it is drawn by bench/elastic_commit.py --plot (importing that module
     # here would start one).
 
@@ -166,7 +230,7 @@ def replace_block(text, name, body):
 
 def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "tf_synthetic", "autotune",
-                                             "multihost", "elastic_commit")}
+                                             "multihost", "elastic_commit", "gpu_training", *GPU_ALLREDUCES)}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
@@ -175,6 +239,9 @@ def main():
                          ("elastic_commit", elastic_commit_block)):
         if results[name]:
             text = replace_block(text, name, render(results[name]))
+    allreduces = {name: results[name] for name in GPU_ALLREDUCES if results[name]}
+    if results["gpu_training"] or allreduces:
+        text = replace_block(text, "gpu", gpu_block(allreduces, results["gpu_training"]))
     with open(DOC, "w") as f:
         f.write(text)
     print(f"updated {os.path.relpath(DOC, ROOT)}")
