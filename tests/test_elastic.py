@@ -322,3 +322,35 @@ def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):
     assert cooling.excludes("a") and forever.excludes("a") and not cooling.excludes("b")
     now[0] += 21
     assert not cooling.excludes("a") and forever.excludes("a")
+
+
+@pytest.mark.ranks(2)
+def test_fast_checks_for_host_changes_make_few_allreduces_and_stop_every_rank_at_the_same_one(monkeypatch):
+    """check_host_updates() called as fast as a loop can (a commit every short step): rank 0 paces the allreduce
+    that carries the launcher's answer, so far fewer checks than made communicate; when the launcher (its real
+    answering server) says the hosts changed, every rank learns it at the same check, within the pacing bound."""
+    import hvdlite as hvd
+    from hvdlite import ops
+    from hvdlite.elastic import host_updates
+    from hvdlite.run.elastic import NOTIFY_VARIABLE, HostNews
+    hvd.init()
+    news = HostNews() if hvd.rank() == 0 else None
+    monkeypatch.setenv(NOTIFY_VARIABLE, ops.broadcast_object(news.address if news else None, root_rank=0))
+    monkeypatch.setattr(host_updates, "_checks", {"count": 0, "next": 0, "count_at_last": 0, "time_at_last": None})
+    allreduces = [0]
+    real_allreduce = ops.allreduce
+
+    def counting_allreduce(*args, **kwargs):  # counts, then does the real collective
+        allreduces[0] += 1
+        return real_allreduce(*args, **kwargs)
+    monkeypatch.setattr(host_updates.ops, "allreduce", counting_allreduce)
+    checks = 2000
+    assert not any(host_updates.agreed() for _ in range(checks))
+    assert checks // (host_updates.MAX_SKIPPED + 1) <= allreduces[0] <= checks // 20, allreduces[0]
+    if news:
+        news.updated.set()  # from the next check on, the launcher answers "1"
+    seen = next(i for i in range(10 * host_updates.MAX_SKIPPED) if host_updates.agreed())
+    assert seen <= host_updates.MAX_SKIPPED + 1
+    assert ops.allgather_object(seen) == [seen] * hvd.size()
+    if news:
+        news.close()

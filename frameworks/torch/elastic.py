@@ -4,7 +4,9 @@ TorchState commits the model's and the optimizer's state dicts (copies on the CP
 that moment), any ElasticSampler given to it (its epoch and how many samples the job has processed), and other
 values as attributes, like ObjectState. A state dict is kept as its structure with the tensors taken out
 (_flatten) and the flat list of tensors, so that a commit copies the tensors into the last commit's buffers in
-one call, and pickles their arrays as one block (ArrayBlock).
+one call, and pickles their arrays as one block (ArrayBlock). Every tensor's place in the structure is the same
+marker, TENSOR, and the tensors are put back in the order the structure is walked: pickled, each place is then
+a reference to one global instead of an object of its own (a commit pickles the structure every time).
 """
 import copy
 import math
@@ -19,42 +21,51 @@ from hvdlite.elastic.array_block import ArrayBlock
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 
-class _TensorAt:
-    """Where a tensor was in a state dict: its index in the flat list of its tensors."""
+class _TensorPlace:
+    """The marker of a tensor's place in a state dict's structure (one instance, TENSOR)."""
 
-    __slots__ = ("index",)
-
-    def __init__(self, index):
-        self.index = index
+    __slots__ = ()
 
     def __reduce__(self):
-        return _TensorAt, (self.index,)
+        return "TENSOR"  # pickled as a reference to this module's global
 
 
+TENSOR = _TensorPlace()
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None), torch.dtype))  # kept as they are, not copied
+_Tensor = torch.Tensor
 
 
 def _flatten(value, tensors):
     """value (state dicts: dicts, lists and tuples of tensors and plain values) with its tensors appended to
-    ``tensors`` and replaced by _TensorAt; containers are new, other mutable values copied. Plain values are
-    taken in line: a commit walks the optimizer's every setting."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value.detach())
-        return _TensorAt(len(tensors) - 1)
+    ``tensors`` and replaced by TENSOR; containers are new, other mutable values copied. Plain values and tensors
+    are taken in line: a commit walks the model's every tensor and the optimizer's every setting."""
+    if isinstance(value, _Tensor):
+        tensors.append(value.detach() if value.requires_grad else value)
+        return TENSOR
     if isinstance(value, dict):
-        return type(value)((k, v if type(v) in _PLAIN else _flatten(v, tensors)) for k, v in value.items())
+        flat = type(value)()
+        for k, v in value.items():
+            if type(v) in _PLAIN:
+                flat[k] = v
+            elif isinstance(v, _Tensor):  # a model's state dict: name -> tensor
+                tensors.append(v.detach() if v.requires_grad else v)
+                flat[k] = TENSOR
+            else:
+                flat[k] = _flatten(v, tensors)
+        return flat
     if isinstance(value, (list, tuple)):
-        return type(value)(v if type(v) in _PLAIN else _flatten(v, tensors) for v in value)
+        return type(value)([v if type(v) in _PLAIN else _flatten(v, tensors) for v in value])
     return value if type(value) in _PLAIN else copy.deepcopy(value)
 
 
 def _unflatten(skeleton, tensors):
-    if isinstance(skeleton, _TensorAt):
-        return tensors[skeleton.index]
+    """The structure with its TENSOR places filled from the iterator ``tensors``, in _flatten's order."""
+    if skeleton is TENSOR:
+        return next(tensors)
     if isinstance(skeleton, dict):
         return type(skeleton)((k, _unflatten(v, tensors)) for k, v in skeleton.items())
     if isinstance(skeleton, (list, tuple)):
-        return type(skeleton)(_unflatten(v, tensors) for v in skeleton)
+        return type(skeleton)([_unflatten(v, tensors) for v in skeleton])
     return skeleton
 
 
@@ -182,10 +193,11 @@ class TorchState(ObjectState):
             self._take_saved(commits.read_memory(self._saved_sequence)["state"])
         if self._saved_tensors is not None:
             # Copies: optimizer.load_state_dict keeps the tensors it is given, and the next save writes into these.
-            tensors = [t.clone() for t in self._saved_tensors]
+            tensors = iter([t.clone() for t in self._saved_tensors])
+            dicts = {name: _unflatten(self._saved_dicts[name], tensors) for name in ("model", "optimizer")}
             for name, target in (("model", self.model), ("optimizer", self.optimizer)):
-                if target is not None and self._saved_dicts[name] is not None:
-                    target.load_state_dict(_unflatten(self._saved_dicts[name], tensors))
+                if target is not None and dicts[name] is not None:
+                    target.load_state_dict(dicts[name])
         for name, saved in self._saved_samplers.items():
             self._samplers[name].load_state_dict(saved)
         super().restore()

@@ -44,19 +44,29 @@ MEMORY_ROOT = "/dev/shm"
 DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
 
 
+_COMMIT_DIR = config.SETTINGS_BY_NAME["elastic_commit_dir"]
+
+
 def directory(environ=os.environ):
     """This job's commit directory on this host. In HVDLITE_ELASTIC_COMMIT_DIR, ``{host}`` stands for this host's
     name (hosts that share a file system then keep separate copies)."""
-    configured = config.SETTINGS_BY_NAME["elastic_commit_dir"].read(environ)
+    # Every commit asks (a few times): the answer is cached for the variables it depends on.
+    return _directory(environ.get(_COMMIT_DIR.env), environ.get(_COMMIT_DIR.alias) if _COMMIT_DIR.alias else None,
+                      environ.get(JOB_VARIABLE), os.getppid())
+
+
+@functools.lru_cache(maxsize=8)
+def _directory(configured, alias, job, parent):
+    configured = _COMMIT_DIR.read({name: value for name, value in ((_COMMIT_DIR.env, configured),
+                                                                   (_COMMIT_DIR.alias, alias)) if value is not None})
     if configured:
         return configured.replace("{host}", socket.gethostname())
-    job = environ.get(JOB_VARIABLE) or f"pid{os.getppid()}"
-    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
+    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job or f'pid{parent}'}")
 
 
 def memory_directory(environ=os.environ):
     """This job's folder in this host's memory (None where there is no /dev/shm): one per commit directory."""
-    return _memory_folder(MEMORY_ROOT, os.path.abspath(directory(environ)))
+    return _memory_folder(MEMORY_ROOT, directory(environ))
 
 
 @functools.lru_cache(maxsize=8)
@@ -64,6 +74,7 @@ def _memory_folder(root, disk_directory):
     # Cached: every commit asks, and the answer does not change while a job runs.
     if not os.path.isdir(root) or not os.access(root, os.W_OK):
         return None
+    disk_directory = os.path.abspath(disk_directory)
     return os.path.join(root, f"hvdlite-elastic-{hashlib.sha1(disk_directory.encode()).hexdigest()[:16]}")
 
 
@@ -183,7 +194,7 @@ def _write_to_memory(folder, sequence, parts):
     if descriptor is None:
         os.makedirs(folder, exist_ok=True)
         descriptor = _slots[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    length = sum(_length(part) for part in parts)
+    length = sum(map(len, parts))
     os.pwrite(descriptor, bytes(MEMORY_HEADER.size), 0)  # this slot no longer holds a commit
     # Grown first (ENOSPC here, where /dev/shm is full, rather than a short write later); never shrunk: the
     # header tells the length, and the pages stay for the next commit of this size.
@@ -225,10 +236,12 @@ def _write_atomically(folder, final, parts):
 
 
 def _pwrite_all(descriptor, parts, offset):
-    """Writes parts one after the other from offset: as few calls as the kernel's vector limit allows, and on
-    after a short write."""
-    views = [memoryview(part).cast("B") for part in parts if _length(part)]
-    limit = os.sysconf("SC_IOV_MAX")
+    """Writes parts (byte strings and 1-D byte views, as encode makes them) one after the other from offset: as
+    few calls as the kernel's vector limit allows, and on after a short write."""
+    if len(parts) <= _IOV_MAX and os.pwritev(descriptor, parts, offset) == sum(map(len, parts)):
+        return  # the usual case: one call wrote everything
+    views = [memoryview(part) for part in parts if len(part)]
+    limit = _IOV_MAX
     while views:
         written = os.pwritev(descriptor, views[:limit], offset)
         offset += written
@@ -239,12 +252,11 @@ def _pwrite_all(descriptor, parts, offset):
             views[0] = views[0][written:]
 
 
-def _length(part):
-    return part.nbytes if isinstance(part, memoryview) else len(part)
+_IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
 def encode(payload):
-    """The payload as a list of byte strings and buffers to write one after the other: a header (how many
+    """The payload as a list of byte strings and 1-D byte views to write one after the other: a header (how many
     out-of-band buffers, the pickle's and each buffer's length), the pickle (protocol 5) and the arrays' memory
     itself, written from where it is instead of copied into the pickle."""
     buffers = []

@@ -40,14 +40,15 @@ class State:
         on every rank if they did: the job restarts on the new hosts from this commit)."""
         self._sequence += 1
         self._committed_size = basics.size()
-        live = self.live_snapshot() if commits.writes_here() and commits.keeps_in_memory() else None
+        writer = commits.writes_here()
+        live = self.live_snapshot() if writer and commits.keeps_in_memory() else None
         if live is not None and commits.write(self._sequence, self._payload(live)):
             # The host's memory copy is this rank's saved copy too (restore() reads it back): one copy of the
             # state per commit instead of two.
             self.saved_in_memory(self._sequence)
         else:
             self.save()
-            if commits.writes_here() and live is None:
+            if writer and live is None:
                 commits.write(self._sequence, self._payload(self.snapshot()))
         self.check_host_updates()
 
