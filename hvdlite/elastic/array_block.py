@@ -19,7 +19,9 @@ class ArrayBlock:
         self.arrays = [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays]
 
     def __reduce_ex__(self, protocol):
-        dtypes = [a.dtype for a in self.arrays]
+        # A dtype's string ("<f4") pickles as a short string; the dtype object itself through a reduction of its own.
+        # Dtypes that NumPy only knows as raw bytes ("<V2": ml_dtypes' bfloat16) go as objects.
+        dtypes = [a.dtype.str if a.dtype.kind != "V" else a.dtype for a in self.arrays]
         shapes = [a.shape for a in self.arrays]
         if protocol < 5:
             return _rebuild, (dtypes, shapes, *(a.tobytes() for a in self.arrays))

@@ -181,7 +181,7 @@ def read_memory(sequence):
     raise HorovodInternalError(f"elastic: commit {sequence} is no longer in {folder}")
 
 
-_slots = {}  # path -> open descriptor of a memory slot, kept open for the job
+_slots = {}  # path -> [open descriptor of a memory slot, kept open for the job; its size]
 
 
 def _slot_paths(folder):
@@ -190,16 +190,19 @@ def _slot_paths(folder):
 
 def _write_to_memory(folder, sequence, parts):
     path = _slot_paths(folder)[sequence % 2]
-    descriptor = _slots.get(path)
-    if descriptor is None:
+    slot = _slots.get(path)
+    if slot is None:
         os.makedirs(folder, exist_ok=True)
-        descriptor = _slots[path] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        slot = _slots[path] = [descriptor, os.fstat(descriptor).st_size]
+    descriptor = slot[0]
     length = sum(map(len, parts))
     os.pwrite(descriptor, bytes(MEMORY_HEADER.size), 0)  # this slot no longer holds a commit
     # Grown first (ENOSPC here, where /dev/shm is full, rather than a short write later); never shrunk: the
     # header tells the length, and the pages stay for the next commit of this size.
-    if os.fstat(descriptor).st_size < MEMORY_HEADER.size + length:
+    if slot[1] < MEMORY_HEADER.size + length:
         os.posix_fallocate(descriptor, 0, MEMORY_HEADER.size + length)
+        slot[1] = MEMORY_HEADER.size + length
     _pwrite_all(descriptor, parts, MEMORY_HEADER.size)
     os.pwrite(descriptor, MEMORY_HEADER.pack(MEMORY_MAGIC, sequence, length), 0)
     return path
@@ -371,7 +374,7 @@ def agree_and_load():
 def remove():
     """Deletes this host's commits, in memory and on disk (a finished job cleans up after itself)."""
     flush()
-    for descriptor in _slots.values():
+    for descriptor, _ in _slots.values():
         os.close(descriptor)
     _slots.clear()
     for folder in (memory_directory(), directory()):
