@@ -104,11 +104,13 @@ demo: native
 	echo "$(HVDLITERUN) -np 2 $(PYTHON) $$example"; \
 	$(HVDLITERUN) -np 2 $(PYTHON) $$example
 
-# Each bench script that has a __main__ (helpers such as common.py have none), with no arguments.
+# Each bench script that has a __main__ (helpers such as common.py have none), with no arguments; the GPU ones
+# (bench/gpu_*.py) only where a GPU answers.
 bench: native
 	@for script in bench/*.py; do \
 		grep -q '__main__' "$$script" 2>/dev/null || continue; \
 		[ "$$script" = bench/report.py ] && continue; \
+		case "$$script" in bench/gpu_*) nvidia-smi -L >/dev/null 2>&1 || { echo "== $$script: no GPU, skipped"; continue; };; esac; \
 		echo "== $$script"; \
 		$(PYTHON) "$$script" --json bench/results/$$(basename $$script .py).json || exit 1; \
 	done
