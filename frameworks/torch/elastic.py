@@ -35,21 +35,25 @@ _PLAIN = frozenset((int, float, bool, str, bytes, type(None), torch.dtype))  # k
 _Tensor = torch.Tensor
 
 
+def _taken(tensor, tensors):
+    """TENSOR, with ``tensor`` (detached) appended to ``tensors``."""
+    tensors.append(tensor.detach() if tensor.requires_grad else tensor)
+    return TENSOR
+
+
 def _flatten(value, tensors):
     """value (state dicts: dicts, lists and tuples of tensors and plain values) with its tensors appended to
     ``tensors`` and replaced by TENSOR; containers are new, other mutable values copied. Plain values and tensors
     are taken in line: a commit walks the model's every tensor and the optimizer's every setting."""
     if isinstance(value, _Tensor):
-        tensors.append(value.detach() if value.requires_grad else value)
-        return TENSOR
+        return _taken(value, tensors)
     if isinstance(value, dict):
         flat = type(value)()
         for k, v in value.items():
             if type(v) in _PLAIN:
                 flat[k] = v
-            elif isinstance(v, _Tensor):  # a model's state dict: name -> tensor
-                tensors.append(v.detach() if v.requires_grad else v)
-                flat[k] = TENSOR
+            elif isinstance(v, _Tensor):  # a model's state dict: name -> tensor, without a recursion each
+                flat[k] = _taken(v, tensors)
             else:
                 flat[k] = _flatten(v, tensors)
         return flat

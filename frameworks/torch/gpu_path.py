@@ -8,8 +8,8 @@ from hvdlite import gpu
 
 from . import staging
 
-# The current stream's CUstream address by device index, without making a torch.cuda.Stream object (what
-# torch's compiled code calls; a few microseconds less per gradient). The public call where it is absent.
+# The current stream's CUstream address by device index, without making a torch.cuda.Stream object per call
+# (what torch's compiled code calls; the optimizer asks once per gradient). The public call where it is absent.
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

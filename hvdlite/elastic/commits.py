@@ -45,23 +45,24 @@ DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
 
 
 _COMMIT_DIR = config.SETTINGS_BY_NAME["elastic_commit_dir"]
+_DIRECTORY_VARIABLES = tuple(v for v in (_COMMIT_DIR.env, _COMMIT_DIR.alias, JOB_VARIABLE) if v)
 
 
 def directory(environ=os.environ):
     """This job's commit directory on this host. In HVDLITE_ELASTIC_COMMIT_DIR, ``{host}`` stands for this host's
     name (hosts that share a file system then keep separate copies)."""
     # Every commit asks (a few times): the answer is cached for the variables it depends on.
-    return _directory(environ.get(_COMMIT_DIR.env), environ.get(_COMMIT_DIR.alias) if _COMMIT_DIR.alias else None,
-                      environ.get(JOB_VARIABLE), os.getppid())
+    return _directory(tuple((v, environ[v]) for v in _DIRECTORY_VARIABLES if v in environ), os.getppid())
 
 
 @functools.lru_cache(maxsize=8)
-def _directory(configured, alias, job, parent):
-    configured = _COMMIT_DIR.read({name: value for name, value in ((_COMMIT_DIR.env, configured),
-                                                                   (_COMMIT_DIR.alias, alias)) if value is not None})
+def _directory(variables, parent):
+    environ = dict(variables)
+    configured = _COMMIT_DIR.read(environ)
     if configured:
         return configured.replace("{host}", socket.gethostname())
-    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job or f'pid{parent}'}")
+    job = environ.get(JOB_VARIABLE) or f"pid{parent}"
+    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
 
 
 def memory_directory(environ=os.environ):

@@ -41,7 +41,7 @@ def _to_skip(now):
     if last is None or checks <= 0:
         return 0
     per_check = (now - last) / checks
-    return int(min(MAX_SKIPPED, CHECK_INTERVAL / per_check - 1)) if per_check > 0 else MAX_SKIPPED
+    return max(0, int(min(MAX_SKIPPED, CHECK_INTERVAL / per_check - 1))) if per_check > 0 else MAX_SKIPPED
 
 
 def agreed(environ=os.environ):
@@ -56,7 +56,7 @@ def agreed(environ=os.environ):
     news = skip = 0
     if basics.rank() == 0:
         news = int(ask_launcher(address))
-        skip = max(0, _to_skip(time.monotonic()))
+        skip = _to_skip(time.monotonic())
     news, skip = (int(v) for v in ops.allreduce(np.array([news, skip], np.int64), op=ops.Max,
                                                  name="elastic.hosts_updated"))
     _checks["next"] = _checks["count"] + 1 + skip
