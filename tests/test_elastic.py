@@ -118,7 +118,7 @@ def test_the_launcher_gives_up_when_restarts_or_slots_run_out(tmp_path):
 @pytest.mark.ranks(1)
 def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch):
     import hvdlite
-    from hvdlite.elastic import ObjectState, commits
+    from hvdlite.elastic import ObjectState, commits, memory_slots
     monkeypatch.setenv("HVDLITE_ELASTIC_COMMIT_DIR", str(tmp_path))
     hvdlite.init()
     state = ObjectState(step=0, weights=np.arange(4.0))
@@ -129,7 +129,7 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
         commits.flush()  # on disk, fsynced, and older commits removed, in the background: each before the next
     memory = commits.memory_directory()
     assert sorted(os.listdir(memory)) == ["slot-0", "slot-1"]  # in line: commits 2 and 3
-    assert [commits.read_memory_slot(os.path.join(memory, f"slot-{i}"))[0] for i in (0, 1)] == [2, 3]
+    assert [memory_slots.read(os.path.join(memory, f"slot-{i}"))[0] for i in (0, 1)] == [2, 3]
     files = sorted(tmp_path.glob("commit-*.pkl"))
     assert [f.name for f in files] == ["commit-000000000002.pkl", "commit-000000000003.pkl"]  # two kept
     sequence, payload = commits.agree_and_load()
@@ -151,7 +151,9 @@ def test_a_damaged_commit_is_skipped_for_the_previous_one(tmp_path, monkeypatch)
 
 @pytest.mark.ranks(1)
 def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
-    """The rank that writes its host's memory copy keeps no second copy: restore() reads that one back."""
+    """The rank that writes its host's memory copy keeps no second copy: restore() reads that one back, also after
+    the state's tensors changed (the optimizer's state appears at its first step) between two commits into the
+    same memory slot."""
     import torch
     import hvdlite.torch as hvd
     from hvdlite.elastic import commits
@@ -167,9 +169,12 @@ def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
         model(torch.randn(5, 8)).square().sum().backward()
         optimizer.step()
 
+    state.commit()  # 1: no optimizer state yet
     train_step()
     state.commit()
-    assert commits.keeps_in_memory() and state._saved_sequence == 1 and state._saved_tensors is None
+    train_step()
+    state.commit()  # 3: into the slot of 1, with more tensors
+    assert commits.keeps_in_memory() and state._saved_sequence == 3 and state._saved_tensors is None
     committed = {k: v.clone() for k, v in model.state_dict().items()}
     momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
     train_step()
@@ -275,24 +280,52 @@ def test_a_rank_killed_right_after_commit_loses_nothing(tmp_path):
     assert "LEFT []" in output, output  # remove() cleared memory and disk
 
 
-def test_a_full_dev_shm_sends_commits_to_disk_in_line(tmp_path, monkeypatch):
+FULL_SHM_COMMITS = {
+    "numpy": """
+import numpy as np, hvdlite
+from hvdlite.elastic import ObjectState, commits
+commits.MEMORY_ROOT = {root!r}
+hvdlite.init()
+state = ObjectState(step=0, weights=np.zeros(1 << 17))  # 1 MB
+for step in (1, 2):
+    state.step = step
+    state.commit()
+""",
+    "torch": """
+import torch, hvdlite.torch as hvd
+from hvdlite.elastic import commits
+commits.MEMORY_ROOT = {root!r}
+hvd.init()
+model = torch.nn.Linear(512, 512)  # 1 MB, and as much momentum
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+state = hvd.elastic.TorchState(model, optimizer, step=0)
+for step in (1, 2):
+    optimizer.zero_grad()
+    model(torch.ones(2, 512)).sum().backward()
+    optimizer.step()
+    state.step = step
+    state.commit()
+committed = [t.clone() for t in model.state_dict().values()]
+with torch.no_grad():
+    model.weight.zero_()
+state.load_snapshot(commits.agree_and_load()[1]["state"])
+print("SAME", all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), committed)))
+""",
+}
+
+
+@pytest.mark.parametrize("kind", FULL_SHM_COMMITS)
+def test_a_full_dev_shm_sends_commits_to_disk_in_line(tmp_path, kind):
     """Where the memory folder has no room (a container's small /dev/shm), commits go to disk in line, with a
-    message once. A 64 kB tmpfs stands in for the full /dev/shm (needs root, as the multi-host tests do)."""
+    message once, NumPy values as a torch state's tensors (which otherwise go straight into memory). A 64 kB tmpfs
+    stands in for the full /dev/shm (needs root, as the multi-host tests do)."""
     small = tmp_path / "shm"
     small.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], capture_output=True,
                              text=True)
     assert mounted.returncode == 0, mounted.stderr
     try:
-        code, output = run([sys.executable, "-c", f"""
-import numpy as np, hvdlite
-from hvdlite.elastic import ObjectState, commits
-commits.MEMORY_ROOT = {str(small)!r}
-hvdlite.init()
-state = ObjectState(step=0, weights=np.zeros(1 << 17))  # 1 MB
-for step in (1, 2):
-    state.step = step
-    state.commit()
+        code, output = run([sys.executable, "-c", FULL_SHM_COMMITS[kind].format(root=str(small)) + """
 print("ON DISK", sorted(p.split("/")[-1] for p in commits._commit_files(commits.directory())))
 print("NEWEST", commits.agree_and_load()[0])
 """], timeout=120, env={"HVDLITE_ELASTIC_COMMIT_DIR": str(tmp_path / "disk")})
@@ -301,6 +334,7 @@ print("NEWEST", commits.agree_and_load()[0])
     assert code == 0, output
     assert output.count("cannot keep commits in") == 1 and "writing them to disk in line instead" in output, output
     assert "ON DISK ['commit-000000000001.pkl', 'commit-000000000002.pkl']" in output and "NEWEST 2" in output
+    assert kind != "torch" or "SAME True" in output, output
 
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):

@@ -3,12 +3,14 @@
 TorchState commits the model's and the optimizer's state dicts (copies on the CPU, so a commit is the state of
 that moment), any ElasticSampler given to it (its epoch and how many samples the job has processed), and other
 values as attributes, like ObjectState. A state dict is kept as its structure with the tensors taken out
-(_flatten) and the flat list of tensors, so that a commit copies the tensors into the last commit's buffers in
-one call, and pickles their arrays as one block (ArrayBlock). Every tensor's place in the structure is the same
+(_flatten) and the flat list of tensors, so that a commit copies the tensors in one call: on the rank that writes
+the host's copy straight into its memory slot (commits.memory_arrays), on the others into the last commit's
+buffers; their arrays are pickled as one block (ArrayBlock). Every tensor's place in the structure is the same
 marker, TENSOR, and the tensors are put back in the order the structure is walked: pickled, each place is then
 a reference to one global instead of an object of its own (a commit pickles the structure every time).
 """
 import copy
+import functools
 import math
 import random
 
@@ -87,18 +89,29 @@ def _as_tensors(snapshot):
     return tensors
 
 
+def _copy_all(targets, tensors):
+    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU."""
+    if all(t.device.type == "cpu" for t in tensors):
+        torch._foreach_copy_(targets, tensors)
+    else:
+        for target, t in zip(targets, tensors):
+            target.copy_(t)
+
+
 def _copy_into(saved, tensors):
     """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
     saving every step allocates nothing."""
     if saved is not None and len(saved) == len(tensors) and all(
             s.shape == t.shape and s.dtype == t.dtype for s, t in zip(saved, tensors)):
-        if all(t.device.type == "cpu" for t in tensors):
-            torch._foreach_copy_(saved, tensors)
-        else:
-            for s, t in zip(saved, tensors):
-                s.copy_(t)
+        _copy_all(saved, tensors)
         return saved
     return [t.to("cpu", copy=True) for t in tensors]
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(dtype):
+    """The NumPy dtype string of a torch dtype's arrays (_as_array: bfloat16 as int16)."""
+    return _as_array(torch.empty(0, dtype=dtype)).dtype.str
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -161,6 +174,17 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
+class _InMemory:
+    """A state's tensors' place in one memory slot: their dtypes and shapes (and NumPy's), the slot's arrays (as an
+    ArrayBlock, pickled the same way every commit) and tensors viewing them."""
+
+    __slots__ = ("layout", "specs", "arrays", "block", "views")
+
+    def __init__(self, layout, specs, arrays):
+        self.layout, self.specs, self.arrays, self.block = layout, specs, arrays, ArrayBlock(arrays)
+        self.views = [torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)]
+
+
 class TorchState(ObjectState):
     """``TorchState(model=None, optimizer=None, **kwargs)``: the model's and optimizer's state, ElasticSamplers
     and other values given as keyword arguments (``state.epoch``, ``state.batch``, ...)."""
@@ -178,6 +202,7 @@ class TorchState(ObjectState):
         self._saved_tensors = None
         self._saved_samplers = {}
         self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
+        self._in_memory = {}  # sequence % 2 -> _InMemory: where the tensors of a commit to that slot go
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
     def _live_dicts(self, tensors):
@@ -229,9 +254,29 @@ class TorchState(ObjectState):
     def live_snapshot(self):
         tensors = []
         dicts = self._live_dicts(tensors)
-        return {**self._snapshot_of(dicts, tensors),
+        block = self._copied_to_memory(tensors)
+        snapshot = {"dicts": dicts, "arrays": block,
+                    "bfloat16": [i for i, t in enumerate(tensors) if t.dtype == torch.bfloat16]} \
+            if block is not None else self._snapshot_of(dicts, tensors)
+        return {**snapshot,
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
                 "values": {name: getattr(self, name) for name in self._saved_state}}
+
+    def _copied_to_memory(self, tensors):
+        """The ArrayBlock of the arrays in this host's memory slot for this commit, with ``tensors`` copied into them
+        (in one call), or None where commits do not go to memory."""
+        layout = tuple((t.dtype, t.shape) for t in tensors)
+        place = self._in_memory.get(self._sequence % 2)
+        if place is not None and place.layout != layout:
+            place = None
+        specs = place.specs if place is not None else tuple((_numpy_dtype(d), tuple(shape)) for d, shape in layout)
+        arrays = commits.memory_arrays(self._sequence, specs)
+        if arrays is None:
+            return None
+        if place is None or place.arrays is not arrays:
+            place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays)
+        _copy_all(place.views, tensors)
+        return place.block
 
     def saved_in_memory(self, sequence):
         self._saved_sequence = sequence

@@ -11,21 +11,27 @@ import numpy as np
 
 
 class ArrayBlock:
-    """A list of NumPy arrays (``block.arrays``); unpickled, the arrays are writable."""
+    """A list of NumPy arrays (``block.arrays``, not to be replaced); unpickled, the arrays are writable. A block
+    pickled again (a state's arrays in its host's memory slot, every commit) reuses its first reduction."""
 
-    __slots__ = ("arrays",)
+    __slots__ = ("arrays", "_reduced")
 
     def __init__(self, arrays):
         self.arrays = [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays]
+        self._reduced = None
 
     def __reduce_ex__(self, protocol):
+        if protocol < 5:
+            return _rebuild, (*self._layout(), *(a.tobytes() for a in self.arrays))
+        if self._reduced is None:
+            self._reduced = _rebuild, (*self._layout(), *(pickle.PickleBuffer(_exportable(a)) for a in self.arrays))
+        return self._reduced
+
+    def _layout(self):
         # A dtype's string ("<f4") pickles as a short string; the dtype object itself through a reduction of its own.
         # Dtypes that NumPy only knows as raw bytes ("<V2": ml_dtypes' bfloat16) go as objects.
-        dtypes = [a.dtype.str if a.dtype.kind != "V" else a.dtype for a in self.arrays]
-        shapes = [a.shape for a in self.arrays]
-        if protocol < 5:
-            return _rebuild, (dtypes, shapes, *(a.tobytes() for a in self.arrays))
-        return _rebuild, (dtypes, shapes, *(pickle.PickleBuffer(_exportable(a)) for a in self.arrays))
+        return ([a.dtype.str if a.dtype.kind != "V" else a.dtype for a in self.arrays],
+                [a.shape for a in self.arrays])
 
 
 def _exportable(array):
@@ -35,6 +41,7 @@ def _exportable(array):
 
 def _rebuild(dtypes, shapes, *buffers):
     block = ArrayBlock.__new__(ArrayBlock)
+    block._reduced = None
     block.arrays = [np.frombuffer(buffer if not isinstance(buffer, bytes) else bytearray(buffer), dtype).reshape(shape)
                     for dtype, shape, buffer in zip(dtypes, shapes, buffers)]
     return block

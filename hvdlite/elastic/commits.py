@@ -2,11 +2,8 @@
 starts again.
 
 The first rank of each host keeps the job's commits in two places:
-- in memory: two slot files in a folder under /dev/shm, written in line by ``commit()``, each commit into the
-  slot of the commit before the last, whose pages are reused: its header is cleared, the commit written, and the
-  header (magic, sequence, length) written last, so a slot holds a whole commit or is skipped. Kept by the
-  kernel, the slots outlive every process of the job: a rank killed right after ``commit()`` returned loses
-  nothing. A commit costs one memory copy there.
+- in memory: two slots under /dev/shm (memory_slots.py), written in line by ``commit()``; they outlive every
+  process of the job. A commit costs one memory copy there.
 - on disk: the same commit in the commit directory (HVDLITE_ELASTIC_COMMIT_DIR, default
   ``<tmp>/hvdlite-elastic-<job>``), written by a background thread with the SHA-256 of its content and fsynced
   (file and directory), so that a host that restarts, its memory copy gone, still holds it. The thread writes
@@ -22,10 +19,8 @@ import functools
 import glob
 import hashlib
 import os
-import pickle
 import shutil
 import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -36,10 +31,12 @@ from hvdlite import basics, config, ops
 from hvdlite.errors import HorovodInternalError
 from hvdlite.process_sets import global_process_set
 from hvdlite.run.elastic import JOB_VARIABLE
+
+from . import memory_slots
+from .commit_body import decode, encode, parts, pickled  # noqa: F401 (encode: for callers)
+
 KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
-MAGIC = b"HVDLCMT1"         # disk: magic, SHA-256 of the body, body
-MEMORY_MAGIC = b"HVDLMEM1"  # memory slot: magic, sequence, the body's length, body
-MEMORY_HEADER = struct.Struct("<8sQQ")
+MAGIC = b"HVDLCMT1"  # disk: magic, SHA-256 of the body, body
 MEMORY_ROOT = "/dev/shm"
 DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
 
@@ -127,7 +124,7 @@ class _DiskWriter:
             try:
                 # From the memory slot, which holds a copy nobody changes: the snapshot handed to write() may be
                 # a view of the live state. A slot already reused for a newer commit is skipped.
-                slot = read_memory_slot(path)
+                slot = memory_slots.read(path)
                 if slot is not None and slot[0] == sequence:
                     write_to_disk(sequence, [slot[1]])
             except OSError as error:
@@ -142,6 +139,8 @@ class _DiskWriter:
 
 _writer = None
 _memory_failed = False  # /dev/shm refused a commit once (full): commits go to disk in line from then on
+_slots = {}  # path -> MemorySlot, open for the job
+_prepared = (None, None)  # (sequence, MemorySlot) of the last memory_arrays, for the write that follows it
 
 
 def keeps_in_memory():
@@ -149,26 +148,67 @@ def keeps_in_memory():
     return memory_directory() is not None and not _memory_failed
 
 
+def _memory_slot(sequence):
+    """The memory slot of commit ``sequence``, or None where commits do not go to memory."""
+    global _memory_failed
+    folder = memory_directory() if not _memory_failed else None
+    if folder is None:
+        return None
+    path = _slot_paths(folder)[sequence % 2]
+    slot = _slots.get(path)
+    if slot is None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            slot = _slots[path] = memory_slots.MemorySlot(path)
+        except OSError as error:
+            _memory_failed = True
+            _report_memory_failure(folder, error)
+    return slot
+
+
+def _report_memory_failure(folder, error):
+    print(f"[hvdlite rank {basics.rank()}] elastic: cannot keep commits in {folder} ({error}); writing them to "
+          f"disk in line instead", file=sys.stderr, flush=True)
+
+
+def memory_arrays(sequence, specs):
+    """NumPy arrays in this host's memory, one per (dtype string, shape) of ``specs``, for a state to copy its
+    arrays into before ``write(sequence, payload)`` with an ArrayBlock of them, which then copies them no more; None
+    where commits do not go to memory (or it is full)."""
+    global _memory_failed, _prepared
+    slot = _memory_slot(sequence)
+    if slot is None:
+        return None
+    _prepared = (sequence, slot)
+    try:
+        return slot.arrays_for(specs)
+    except OSError as error:
+        _memory_failed = True
+        _report_memory_failure(memory_directory(), error)
+        return None
+
+
 def write(sequence, payload):
     """Stores commit ``sequence`` (a picklable object; its arrays may be the live state's, which is copied before
     this returns) in this host's memory, in line, and has the background thread copy it to disk. Returns True when
     it is in memory (read_memory gives it back), False when it went to disk in line instead."""
-    global _writer, _memory_failed
-    parts = encode(payload)
-    if keeps_in_memory():
-        folder = memory_directory()
+    global _writer, _memory_failed, _prepared
+    data, views = pickled(payload)
+    # The slot memory_arrays found for this commit, if it was asked: finding it again costs a look at the settings.
+    slot = _prepared[1] if _prepared[0] == sequence and not _memory_failed else _memory_slot(sequence)
+    _prepared = (None, None)
+    if slot is not None:
         try:
-            path = _write_to_memory(folder, sequence, parts)
+            slot.store(sequence, data, views)
         except OSError as error:
             _memory_failed = True
-            print(f"[hvdlite rank {basics.rank()}] elastic: cannot keep commits in {folder} ({error}); writing "
-                  f"them to disk in line instead", file=sys.stderr, flush=True)
+            _report_memory_failure(memory_directory(), error)
         else:
             _writer = _writer or _DiskWriter()
-            _writer.submit(sequence, path)
+            _writer.submit(sequence, slot.path)
             return True
     flush()
-    write_to_disk(sequence, parts)
+    write_to_disk(sequence, parts(data, views))
     return False
 
 
@@ -176,37 +216,14 @@ def read_memory(sequence):
     """The payload of commit ``sequence`` from this host's memory (one of the two newest there)."""
     folder = memory_directory()
     for path in _slot_paths(folder) if folder else ():
-        slot = read_memory_slot(path)
+        slot = memory_slots.read(path)
         if slot is not None and slot[0] == sequence:
             return decode(slot[1])
     raise HorovodInternalError(f"elastic: commit {sequence} is no longer in {folder}")
 
 
-_slots = {}  # path -> [open descriptor of a memory slot, kept open for the job; its size]
-
-
 def _slot_paths(folder):
     return [os.path.join(folder, f"slot-{index}") for index in (0, 1)]
-
-
-def _write_to_memory(folder, sequence, parts):
-    path = _slot_paths(folder)[sequence % 2]
-    slot = _slots.get(path)
-    if slot is None:
-        os.makedirs(folder, exist_ok=True)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        slot = _slots[path] = [descriptor, os.fstat(descriptor).st_size]
-    descriptor = slot[0]
-    length = sum(map(len, parts))
-    os.pwrite(descriptor, bytes(MEMORY_HEADER.size), 0)  # this slot no longer holds a commit
-    # Grown first (ENOSPC here, where /dev/shm is full, rather than a short write later); never shrunk: the
-    # header tells the length, and the pages stay for the next commit of this size.
-    if slot[1] < MEMORY_HEADER.size + length:
-        os.posix_fallocate(descriptor, 0, MEMORY_HEADER.size + length)
-        slot[1] = MEMORY_HEADER.size + length
-    _pwrite_all(descriptor, parts, MEMORY_HEADER.size)
-    os.pwrite(descriptor, MEMORY_HEADER.pack(MEMORY_MAGIC, sequence, length), 0)
-    return path
 
 
 def write_to_disk(sequence, parts):
@@ -237,52 +254,6 @@ def _write_atomically(folder, final, parts):
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
-
-
-def _pwrite_all(descriptor, parts, offset):
-    """Writes parts (byte strings and 1-D byte views, as encode makes them) one after the other from offset: as
-    few calls as the kernel's vector limit allows, and on after a short write."""
-    if len(parts) <= _IOV_MAX and os.pwritev(descriptor, parts, offset) == sum(map(len, parts)):
-        return  # the usual case: one call wrote everything
-    views = [memoryview(part) for part in parts if len(part)]
-    limit = _IOV_MAX
-    while views:
-        written = os.pwritev(descriptor, views[:limit], offset)
-        offset += written
-        while views and written >= views[0].nbytes:
-            written -= views[0].nbytes
-            views.pop(0)
-        if written:
-            views[0] = views[0][written:]
-
-
-_IOV_MAX = os.sysconf("SC_IOV_MAX")
-
-
-def encode(payload):
-    """The payload as a list of byte strings and 1-D byte views to write one after the other: a header (how many
-    out-of-band buffers, the pickle's and each buffer's length), the pickle (protocol 5) and the arrays' memory
-    itself, written from where it is instead of copied into the pickle."""
-    buffers = []
-    data = pickle.dumps(payload, protocol=5, buffer_callback=buffers.append)
-    views = [buffer.raw() for buffer in buffers]
-    header = struct.pack(f"<QQ{len(views)}Q", len(views), len(data), *(view.nbytes for view in views))
-    return [header, data, *views]
-
-
-def decode(body):
-    """The payload of a commit's body (what ``encode`` wrote); its arrays are writable (a copy of the body)."""
-    body = memoryview(bytearray(body))
-    count, length = struct.unpack_from("<QQ", body)
-    sizes = struct.unpack_from(f"<{count}Q", body, 16)
-    at = 16 + 8 * count
-    data = body[at:at + length]
-    at += length
-    buffers = []
-    for size in sizes:
-        buffers.append(body[at:at + size])
-        at += size
-    return pickle.loads(data, buffers=buffers)
 
 
 def flush():
@@ -322,29 +293,11 @@ def read_verified(path):
     return data if hashlib.sha256(data).digest() == content[len(MAGIC):header] else None
 
 
-def read_memory_slot(path):
-    """(sequence, body) of a memory slot, or None when it holds no whole commit: the header is read before and
-    after the body, so a slot rewritten meanwhile (its header cleared first) is never taken for the one it was."""
-    try:
-        with open(path, "rb") as stream:
-            header = stream.read(MEMORY_HEADER.size)
-            magic, sequence, length = MEMORY_HEADER.unpack(header)
-            if magic != MEMORY_MAGIC:
-                return None
-            data = stream.read(length)
-            stream.seek(0)
-            if stream.read(MEMORY_HEADER.size) != header:
-                return None
-    except (OSError, struct.error):
-        return None
-    return (sequence, data) if len(data) == length else None
-
-
 def newest_here():
     """(sequence, body) of this host's newest intact commit, in memory or on disk, or (-1, None); damaged disk
     commits are reported and skipped."""
     folder = memory_directory()
-    slots = [read_memory_slot(path) for path in _slot_paths(folder)] if folder else []
+    slots = [memory_slots.read(path) for path in _slot_paths(folder)] if folder else []
     newest = max((slot for slot in slots if slot), default=(-1, None), key=lambda slot: slot[0])
     for path in sorted(_commit_files(directory()), key=_sequence_of, reverse=True):
         if _sequence_of(path) <= newest[0]:
@@ -374,10 +327,12 @@ def agree_and_load():
 
 def remove():
     """Deletes this host's commits, in memory and on disk (a finished job cleans up after itself)."""
+    global _prepared
     flush()
-    for descriptor, _ in _slots.values():
-        os.close(descriptor)
+    for slot in _slots.values():
+        slot.close()
     _slots.clear()
+    _prepared = (None, None)
     for folder in (memory_directory(), directory()):
         if folder:
             shutil.rmtree(folder, ignore_errors=True)

@@ -41,7 +41,7 @@ class State:
         self._sequence += 1
         self._committed_size = basics.size()
         writer = commits.writes_here()
-        live = self.live_snapshot() if writer and commits.keeps_in_memory() else None
+        live = self.live_snapshot() if writer else None
         if live is not None and commits.write(self._sequence, self._payload(live)):
             # The host's memory copy is this rank's saved copy too (restore() reads it back): one copy of the
             # state per commit instead of two.
