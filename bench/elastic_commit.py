@@ -1,12 +1,16 @@
 """What an elastic commit costs a training loop: a training step of a model (forward, backward, the
 DistributedOptimizer's all-reduce and update) against the same step followed by ``state.commit()`` of its
-TorchState (model and SGD-momentum state copied, pickled, written and renamed on each host, fsynced in the
-background), timed in interleaved rounds on 2 ranks, for MLPs from 0.1 to 100 MB of parameters (little
-computation per parameter: the hardest case for a commit) and small CNNs on 32x32 images (much more). The figure is the time a commit adds
-to a step, as a fraction of the step.
+TorchState (model and SGD-momentum state copied into each host's memory, written to its disk in the background),
+and against the step followed by what Horovod's TorchState.commit() does, rebuilt here on hvdlite because Horovod
+does not build against current PyTorch: deep copies of the model's and the optimizer's state dicts (kept in the
+process only) and a broadcast of rank 0's host-update time (its check_host_updates). Timed in interleaved rounds
+on 2 ranks, for MLPs from 0.1 to 100 MB of parameters (little computation per parameter: the hardest case for a
+commit) and small CNNs on 32x32 images (much more). The figures are the time each commit adds to a step, as a
+fraction of the step.
 
     python bench/elastic_commit.py [--quick] [--json out.json] [--plot [out.png]]
 """
+import copy
 import os
 import sys
 import tempfile
@@ -60,14 +64,29 @@ def measure(kind, size, repeats, budget):
         step()
         state.commit()
 
+    horovod_saved = {}
+
+    def step_and_horovod_commit():
+        step()
+        horovod_saved["model"] = copy.deepcopy(model.state_dict())
+        horovod_saved["optimizer"] = copy.deepcopy(optimizer.state_dict())
+        horovod_saved["values"] = {"epoch": state.epoch, "batch": state.batch}
+        hvd.broadcast_object(0, root_rank=0)
+
     step()  # the optimizer's state exists before the first commit
-    rounds = common.interleaved({"step": step, "step+commit": step_and_commit}, repeats, budget)
+    rounds = common.interleaved({"step": step, "step+commit": step_and_commit,
+                                 "step+horovod": step_and_horovod_commit}, repeats, budget)
     parameters = sum(p.numel() for p in model.parameters())
-    added = [c - s for c, s in zip(rounds["step+commit"], rounds["step"])]
+
+    def added(name):
+        return 1e3 * common.median([c - s for c, s in zip(rounds[name], rounds["step"])])
+
     return {"model": f"{kind} {size}", "state_mb": 2 * parameters * 4 / 2**20,
             "step_ms": 1e3 * common.median(rounds["step"]),
-            "commit_ms": 1e3 * common.median(added),
-            "commit_per_step": common.median_ratio(rounds["step+commit"], rounds["step"]) - 1.0}
+            "commit_ms": added("step+commit"),
+            "commit_per_step": common.median_ratio(rounds["step+commit"], rounds["step"]) - 1.0,
+            "horovod_commit_ms": added("step+horovod"),
+            "horovod_commit_per_step": common.median_ratio(rounds["step+horovod"], rounds["step"]) - 1.0}
 
 
 def plot(path, rows):
@@ -77,10 +96,12 @@ def plot(path, rows):
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for kind, marker in (("mlp", "o"), ("cnn", "s")):
         mine = [r for r in rows if r["model"].startswith(kind)]
-        ax.loglog([r["state_mb"] for r in mine], [max(r["commit_ms"], 1e-3) for r in mine], marker + "-",
+        sizes = [r["state_mb"] for r in mine]
+        ax.loglog(sizes, [max(r["commit_ms"], 1e-3) for r in mine], marker + "-",
                   label=f"{kind.upper()}: added by state.commit()")
-        ax.loglog([r["state_mb"] for r in mine], [r["step_ms"] for r in mine], marker + "--",
-                  label=f"{kind.upper()}: one training step")
+        ax.loglog(sizes, [max(r["horovod_commit_ms"], 1e-3) for r in mine], marker + ":",
+                  label=f"{kind.upper()}: added by Horovod's commit")
+        ax.loglog(sizes, [r["step_ms"] for r in mine], marker + "--", label=f"{kind.upper()}: one training step")
     ax.set_xlabel("committed state (parameters + momentum), MB")
     ax.set_ylabel("ms (median, 2 ranks)")
     ax.set_title("Elastic commit vs training step")
@@ -100,13 +121,14 @@ def main():
     torch.set_num_threads(1)
     os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-bench-commit-"))
     rows = []
-    common.say(f"{'model':>9} {'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12}"
-               "  (commit: time added to a step)")
+    common.say(f"{'model':>9} {'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12} "
+               f"{'Horovod ms':>11} {'Horovod/step':>13}  (commit: time added to a step)")
     for kind, size in models:
         row = measure(kind, size, 3 if args.quick else args.repeats, args.budget)
         rows.append(row)
         common.say(f"{row['model']:>9} {row['state_mb']:9.2f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
-                   f"{row['commit_per_step']:12.2f}")
+                   f"{row['commit_per_step']:12.2f} {row['horovod_commit_ms']:11.2f} "
+                   f"{row['horovod_commit_per_step']:13.2f}")
     common.write_json(args.json, {"machine": common.machine_info(), "repeats": args.repeats, "rows": rows,
                                   "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]})
     if args.plot and common.rank() == 0:  # docs/benchmarks/elastic_commit.png by default
