@@ -9,7 +9,9 @@
 #   (b) the same with 2 ranks on the one GPU: NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1, older NCCL with a
 #       different NCCL_HOSTID per rank (two "hosts"); it says which;
 #   (c) DistributedOptimizer training on CUDA equal to the same training on the CPU (2 ranks);
-#   (d) hvdlite vs torch.distributed (NCCL) all-reduce, 1-256 MiB, 2 ranks: times and their ratio.
+#   (d) hvdlite vs torch.distributed (NCCL) all-reduce, 1-256 MiB, 2 ranks: times and their ratio;
+#   (e) elastic commits of a model and Adam state on the GPU (2 ranks: the host's writer and a rank keeping its own
+#       copy): restore() and the commit read back as after a restart give every tensor back on the GPU, bitwise.
 # Everything is printed; the exit code is the number of checks that failed.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,5 +72,7 @@ fi
 step b-two-ranks-one-gpu 120 "${two[@]}" "$python" "$root/tests/gpu/check_collectives.py"
 step c-training-equal 100 "${two[@]}" "$python" "$root/tests/gpu/train_equal.py"
 step d-vs-torch-distributed 150 "${two[@]}" "$python" "$root/bench/gpu_allreduce.py" --json "$out/gpu_allreduce.json"
-echo "== $failed of 4 checks failed"
+step e-elastic-commit 100 env HVDLITE_ELASTIC_COMMIT_DIR="$out/elastic" "${two[@]}" "$python" \
+  "$root/tests/gpu/elastic_commit.py"
+echo "== $failed of 5 checks failed"
 exit "$failed"
