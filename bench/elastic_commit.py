@@ -9,8 +9,13 @@ commit) and small CNNs on 32x32 images (much more). The figures are the time eac
 fraction of the step, and the least a commit that keeps a copy can add: the step followed by one copy of the
 state's tensors into buffers kept for them (torch._foreach_copy_, no state dict walked, nothing pickled).
 
-    python bench/elastic_commit.py [--quick] [--json out.json] [--plot [out.png]]
+With --device cuda the models train on the GPU, one rank (a one-GPU machine: ranks sharing a GPU would time its
+sharing), and the bare copy goes from the GPU into pinned host buffers (the least a commit that leaves the GPU
+costs); the records are elastic_commit_gpu.json and .png.
+
+    python bench/elastic_commit.py [--device cpu|cuda] [--quick] [--json out.json] [--plot [out.png]]
 """
+import argparse
 import copy
 import os
 import sys
@@ -19,7 +24,14 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-common.relaunch_under_mpiexec(2)
+
+def device_argument(parser):
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models train")
+    return parser
+
+
+DEVICE = device_argument(argparse.ArgumentParser(add_help=False)).parse_known_args()[0].device
+common.relaunch_under_mpiexec(1 if DEVICE == "cuda" else 2)
 
 import torch  # noqa: E402
 
@@ -44,22 +56,24 @@ def cnn_of(width):
     return torch.nn.Sequential(*layers)
 
 
-def measure(kind, size, repeats, budget):
+def measure(kind, size, repeats, budget, device):
     torch.manual_seed(0)
     if kind == "mlp":
         model, width = model_of(size)
         x = torch.randn(BATCH, width)
     else:
         model, x = cnn_of(size), torch.randn(BATCH, 3, 32, 32)
+    model, x, y = model.to(device), x.to(device), torch.randint(0, 10, (BATCH,)).to(device)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                          named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
-    y = torch.randint(0, 10, (BATCH,))
+    finish = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step():
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+        finish()  # the GPU's work counted in the step's time
 
     def step_and_commit():
         step()
@@ -73,14 +87,20 @@ def measure(kind, size, repeats, budget):
         horovod_saved["optimizer"] = copy.deepcopy(optimizer.state_dict())
         horovod_saved["values"] = {"epoch": state.epoch, "batch": state.batch}
         hvd.broadcast_object(0, root_rank=0)
+        finish()
 
     step()  # the optimizer's state exists before the first commit
     live = [p.data for p in model.parameters()] + [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
-    copies = [t.clone() for t in live]
+    copies = [torch.empty(t.shape, dtype=t.dtype, pin_memory=device.type == "cuda") for t in live]
 
     def step_and_copy():
         step()
-        torch._foreach_copy_(copies, live)
+        if device.type == "cuda":
+            for target, t in zip(copies, live):
+                target.copy_(t, non_blocking=True)
+            finish()
+        else:
+            torch._foreach_copy_(copies, live)
 
     rounds = common.interleaved({"step": step, "step+commit": step_and_commit, "step+horovod": step_and_horovod_commit,
                                  "step+copy": step_and_copy}, repeats, budget)
@@ -128,7 +148,8 @@ def plot(path, rows):
 
 
 def main():
-    parser = common.base_arguments("elastic commit cost", "elastic_commit")
+    parser = device_argument(common.base_arguments("elastic commit cost",
+                                                   "elastic_commit_gpu" if DEVICE == "cuda" else "elastic_commit"))
     # 21 rounds, not 7: on a shared VM the MLP figures moved from 0.16 to 0.40 between 7-round runs of one build,
     # 0.35-0.42 over three of 21.
     parser.set_defaults(repeats=21)
@@ -137,17 +158,24 @@ def main():
     models += [("cnn", width) for width in ([16] if args.quick else [16, 32, 64])]
     hvd.init()
     torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-bench-commit-"))
     rows = []
     common.say(f"{'model':>9} {'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12} "
                f"{'Horovod ms':>11} {'Horovod/step':>13} {'copy/step':>10}  (time added to a step)")
     for kind, size in models:
-        row = measure(kind, size, 3 if args.quick else args.repeats, args.budget)
+        row = measure(kind, size, 3 if args.quick else args.repeats, args.budget, device)
         rows.append(row)
         common.say(f"{row['model']:>9} {row['state_mb']:9.2f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
                    f"{row['commit_per_step']:12.2f} {row['horovod_commit_ms']:11.2f} "
                    f"{row['horovod_commit_per_step']:13.2f} {row['copy_per_step']:10.2f}")
-    common.write_json(args.json, {"machine": common.machine_info(), "repeats": args.repeats, "rows": rows,
+    machine = common.machine_info()
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+    common.write_json(args.json, {"machine": machine, "device": args.device, "repeats": args.repeats, "rows": rows,
                                   "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]})
     if args.plot and common.rank() == 0:  # docs/benchmarks/elastic_commit.png by default
         plot(args.plot, rows)
