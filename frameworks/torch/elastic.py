@@ -21,6 +21,7 @@ from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectS
 from hvdlite.elastic.array_block import ArrayBlock
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .pinned_memory import PinnedRange
 
 
 class _TensorPlace:
@@ -89,23 +90,32 @@ def _as_tensors(snapshot):
     return tensors
 
 
-def _copy_all(targets, tensors):
-    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU."""
-    if all(t.device.type == "cpu" for t in tensors):
+def _on_cpu(tensors):
+    return all(t.device.type == "cpu" for t in tensors)
+
+
+def _copy_all(targets, tensors, on_cpu):
+    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU (on_cpu);
+    from GPUs, all started before one wait per GPU (direct transfers where the targets are page-locked)."""
+    if on_cpu:
         torch._foreach_copy_(targets, tensors)
-    else:
-        for target, t in zip(targets, tensors):
-            target.copy_(t)
+        return
+    for target, t in zip(targets, tensors):
+        target.copy_(t, non_blocking=t.device.type == "cuda")
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
 
 
 def _copy_into(saved, tensors):
     """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
     saving every step allocates nothing."""
-    if saved is not None and len(saved) == len(tensors) and all(
-            s.shape == t.shape and s.dtype == t.dtype for s, t in zip(saved, tensors)):
-        _copy_all(saved, tensors)
-        return saved
-    return [t.to("cpu", copy=True) for t in tensors]
+    on_cpu = _on_cpu(tensors)
+    if saved is None or len(saved) != len(tensors) or any(
+            s.shape != t.shape or s.dtype != t.dtype for s, t in zip(saved, tensors)):
+        # Page-locked for GPU tensors: their copies are then direct transfers, all under way at once.
+        saved = [torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda") for t in tensors]
+    _copy_all(saved, tensors, on_cpu)
+    return saved
 
 
 @functools.lru_cache(maxsize=None)
@@ -176,13 +186,26 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 class _InMemory:
     """A state's tensors' place in one memory slot: their dtypes and shapes (and NumPy's), the slot's arrays (as an
-    ArrayBlock, pickled the same way every commit) and tensors viewing them."""
+    ArrayBlock, pickled the same way every commit), tensors viewing them, and, once GPU tensors are copied there,
+    the arrays' memory page-locked."""
 
-    __slots__ = ("layout", "specs", "arrays", "block", "views")
+    __slots__ = ("layout", "specs", "arrays", "block", "views", "pinned")
 
     def __init__(self, layout, specs, arrays):
         self.layout, self.specs, self.arrays, self.block = layout, specs, arrays, ArrayBlock(arrays)
         self.views = [torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)]
+        self.pinned = None
+
+    def pin(self):
+        """Page-locks the arrays' memory (one range of the slot), once."""
+        if self.pinned is None:
+            spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in self.arrays if a.nbytes]
+            start = min((begin for begin, _ in spans), default=0)
+            self.pinned = PinnedRange(start, max((end for _, end in spans), default=0) - start)
+
+    def release(self):
+        if self.pinned is not None:
+            self.pinned.release()
 
 
 class TorchState(ObjectState):
@@ -274,8 +297,13 @@ class TorchState(ObjectState):
         if arrays is None:
             return None
         if place is None or place.arrays is not arrays:
+            if self._sequence % 2 in self._in_memory:  # its pages may be those of the new place
+                self._in_memory[self._sequence % 2].release()
             place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays)
-        _copy_all(place.views, tensors)
+        on_cpu = _on_cpu(tensors)
+        if not on_cpu:
+            place.pin()
+        _copy_all(place.views, tensors, on_cpu)
         return place.block
 
     def saved_in_memory(self, sequence):
