@@ -123,8 +123,9 @@ COMMITS = (("commit_per_step", "state.commit()", "o-"), ("horovod_commit_per_ste
            ("copy_per_step", "a bare copy of the state", "^-."))
 
 
-def plot(path, rows):
+def plot(path, result):
     """The time each commit adds to a step, as a fraction of the step, by committed state: MLPs and CNNs."""
+    rows, on_gpu = result["rows"], result.get("device") == "cuda"
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -135,15 +136,17 @@ def plot(path, rows):
         mine = [r for r in rows if r["model"].startswith(kind)]
         sizes = [r["state_mb"] for r in mine]
         for key, label, style in COMMITS:
+            label += " (GPU to pinned host memory)" if on_gpu and key == "copy_per_step" else ""
             ax.semilogx(sizes, [max(r[key], 0.0) for r in mine], style, label=label)
         ax.set_xticks(sizes, [f"{size:.3g}" for size in sizes])
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("committed state (parameters + momentum), MB")
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("time added / training step\n(median, 2 ranks)")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("What a commit after every step costs")
+    ranks = result["machine"]["ranks"]
+    axes[0].set_ylabel(f"time added / training step\n(median, {ranks} rank{'s' if ranks > 1 else ''})")
+    axes[1].legend(fontsize=8, loc="upper right")  # the CNN panel keeps its upper half free
+    fig.suptitle("What a commit after every step costs" + (f" on a GPU ({result['machine']['gpu']})" if on_gpu else ""))
     common.save_figure(fig, path)
 
 
@@ -175,10 +178,11 @@ def main():
     machine = common.machine_info()
     if device.type == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(device)
-    common.write_json(args.json, {"machine": machine, "device": args.device, "repeats": args.repeats, "rows": rows,
-                                  "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]})
-    if args.plot and common.rank() == 0:  # docs/benchmarks/elastic_commit.png by default
-        plot(args.plot, rows)
+    result = {"machine": machine, "device": args.device, "repeats": args.repeats, "rows": rows,
+              "commit_dir": os.environ["HVDLITE_ELASTIC_COMMIT_DIR"]}
+    common.write_json(args.json, result)
+    if args.plot and common.rank() == 0:  # docs/benchmarks/elastic_commit.png (_gpu.png) by default
+        plot(args.plot, result)
 
 
 if __name__ == "__main__":

@@ -119,14 +119,28 @@ def multihost_block(result):
     return text
 
 
-def elastic_commit_block(result):
+def elastic_commit_rows(result):
     rows = ["| model | committed state, MB | step, ms | added by a commit, ms | commit / step | added by Horovod's "
             "commit, ms | Horovod's / step | bare copy / step |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     rows += [f"| {r['model']} | {r['state_mb']:.2f} | {r['step_ms']:.2f} | {r['commit_ms']:.2f} | "
              f"{r['commit_per_step']:.2f} | {r['horovod_commit_ms']:.2f} | {r['horovod_commit_per_step']:.2f} | "
              f"{r['copy_per_step']:.2f} |" for r in result["rows"]]
-    return machine_block(result) + "\n\n![elastic commits](benchmarks/elastic_commit.png)\n\n" + "\n".join(rows)
+    return "\n".join(rows)
+
+
+def elastic_commit_block(result, on_gpu=None):
+    """The CPU record (2 ranks) and, where one was made on a GPU machine (`make bench` cannot rerun it), the GPU's."""
+    text = (machine_block(result) + "\n\n![elastic commits](benchmarks/elastic_commit.png)\n\n"
+            + elastic_commit_rows(result))
+    if on_gpu:
+        m = on_gpu["machine"]
+        text += (f"\n\nOn a GPU ({m.get('gpu', '?')}; torch {m.get('torch', '')}, {m.get('cores', '?')} CPU cores; "
+                 f"one rank; the bare copy into pinned host memory):\n\n![elastic commits on a GPU]"
+                 f"(benchmarks/elastic_commit_gpu.png)\n\n" + elastic_commit_rows(on_gpu)
+                 + f"\n\n- revision {m.get('git', '')}, {m.get('date', '')}; {on_gpu.get('repeats', '?')} rounds per "
+                 f"figure; command: `{m.get('command', '')}`")
+    return text
 
 
 GPU_ALLREDUCES = {"gpu_allreduce": "time-sliced", "gpu_allreduce_mps": "MPS"}
@@ -232,13 +246,14 @@ def replace_block(text, name, body):
 
 def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "tf_synthetic", "autotune",
-                                             "multihost", "elastic_commit", "gpu_training", *GPU_ALLREDUCES)}
+                                             "multihost", "elastic_commit", "elastic_commit_gpu", "gpu_training",
+                                             *GPU_ALLREDUCES)}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
     for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
-                         ("elastic_commit", elastic_commit_block)):
+                         ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))
     allreduces = {name: results[name] for name in GPU_ALLREDUCES if results[name]}
