@@ -114,6 +114,10 @@ bench: native
 		echo "== $$script"; \
 		$(PYTHON) "$$script" --json bench/results/$$(basename $$script .py).json || exit 1; \
 	done
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+		echo "== bench/elastic_commit.py --device cuda"; \
+		$(PYTHON) bench/elastic_commit.py --device cuda --json bench/results/elastic_commit_gpu.json || exit 1; \
+	fi
 	$(PYTHON) bench/report.py
 
 setup: $(STAMPS)/hvdlite
