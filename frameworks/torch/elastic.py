@@ -21,6 +21,7 @@ from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectS
 from hvdlite.elastic.array_block import ArrayBlock
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .host_copies import HostCopies
 from .pinned_memory import PinnedRange
 
 
@@ -88,34 +89,6 @@ def _as_tensors(snapshot):
     for i in snapshot["bfloat16"]:
         tensors[i] = tensors[i].view(torch.bfloat16)
     return tensors
-
-
-def _on_cpu(tensors):
-    return all(t.device.type == "cpu" for t in tensors)
-
-
-def _copy_all(targets, tensors, on_cpu):
-    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU (on_cpu);
-    from GPUs, all started before one wait per GPU (direct transfers where the targets are page-locked)."""
-    if on_cpu:
-        torch._foreach_copy_(targets, tensors)
-        return
-    for target, t in zip(targets, tensors):
-        target.copy_(t, non_blocking=t.device.type == "cuda")
-    for device in {t.device for t in tensors if t.device.type == "cuda"}:
-        torch.cuda.current_stream(device).synchronize()
-
-
-def _copy_into(saved, tensors):
-    """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
-    saving every step allocates nothing."""
-    on_cpu = _on_cpu(tensors)
-    if saved is None or len(saved) != len(tensors) or any(
-            s.shape != t.shape or s.dtype != t.dtype for s, t in zip(saved, tensors)):
-        # Page-locked for GPU tensors: their copies are then direct transfers, all under way at once.
-        saved = [torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda") for t in tensors]
-    _copy_all(saved, tensors, on_cpu)
-    return saved
 
 
 @functools.lru_cache(maxsize=None)
@@ -186,22 +159,20 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 class _InMemory:
     """A state's tensors' place in one memory slot: their dtypes and shapes (and NumPy's), the slot's arrays (as an
-    ArrayBlock, pickled the same way every commit), tensors viewing them, and, once GPU tensors are copied there,
-    the arrays' memory page-locked."""
+    ArrayBlock, pickled the same way every commit), the tensors' host copies there, and, once GPU tensors are
+    copied there, that memory page-locked."""
 
-    __slots__ = ("layout", "specs", "arrays", "block", "views", "pinned")
+    __slots__ = ("layout", "specs", "arrays", "block", "copies", "pinned")
 
-    def __init__(self, layout, specs, arrays):
+    def __init__(self, layout, specs, arrays, gather):
         self.layout, self.specs, self.arrays, self.block = layout, specs, arrays, ArrayBlock(arrays)
-        self.views = [torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)]
+        self.copies = HostCopies([torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)], gather)
         self.pinned = None
 
-    def pin(self):
-        """Page-locks the arrays' memory (one range of the slot), once."""
-        if self.pinned is None:
-            spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in self.arrays if a.nbytes]
-            start = min((begin for begin, _ in spans), default=0)
-            self.pinned = PinnedRange(start, max((end for _, end in spans), default=0) - start)
+    def copy_from(self, tensors):
+        if self.pinned is None and any(t.is_cuda for t in tensors):
+            self.pinned = PinnedRange(self.copies.start, self.copies.size)
+        self.copies.copy_from(tensors)
 
     def release(self):
         if self.pinned is not None:
@@ -226,6 +197,8 @@ class TorchState(ObjectState):
         self._saved_samplers = {}
         self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
         self._in_memory = {}  # sequence % 2 -> _InMemory: where the tensors of a commit to that slot go
+        self._saved_host = None  # HostCopies of the last save, reused by the next
+        self._gather = {}  # the GPU buffer HostCopies gather a GPU's tensors into
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
     def _live_dicts(self, tensors):
@@ -236,7 +209,10 @@ class TorchState(ObjectState):
         self._saved_sequence = None
         tensors = []
         self._saved_dicts = self._live_dicts(tensors)
-        self._saved_tensors = _copy_into(self._saved_tensors, tensors)
+        if self._saved_host is None or not self._saved_host.fits(tensors):  # else saving allocates nothing
+            self._saved_host = HostCopies.allocate(tensors, self._gather)
+        self._saved_host.copy_from(tensors)
+        self._saved_tensors = self._saved_host.views
         self._saved_samplers = {name: s.state_dict() for name, s in self._samplers.items()}
         super().save()
 
@@ -299,11 +275,8 @@ class TorchState(ObjectState):
         if place is None or place.arrays is not arrays:
             if self._sequence % 2 in self._in_memory:  # its pages may be those of the new place
                 self._in_memory[self._sequence % 2].release()
-            place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays)
-        on_cpu = _on_cpu(tensors)
-        if not on_cpu:
-            place.pin()
-        _copy_all(place.views, tensors, on_cpu)
+            place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays, self._gather)
+        place.copy_from(tensors)
         return place.block
 
     def saved_in_memory(self, sequence):

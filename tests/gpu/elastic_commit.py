@@ -4,7 +4,8 @@ On 2 ranks of one host: the host's writer, whose tensors go from the GPU straigh
 a rank that keeps its own copy. After DistributedOptimizer steps on CUDA (Adam; a bfloat16 buffer changed every
 step), commit, more steps, then restore(): every parameter, buffer and Adam state tensor is back, on its GPU and
 bitwise as committed; and the commit read back as a restarted job reads it (commits.agree_and_load) and loaded
-into a fresh model on the GPU gives the same.
+into a fresh model on the GPU gives the same. Twice: the tensors gathered on the GPU and moved to the host in one
+copy, and copied one by one (as states larger than host_copies.GATHER_LIMIT are).
 
     mpiexec -n 2 python tests/gpu/elastic_commit.py [--device cuda|cpu]
 """
@@ -17,6 +18,7 @@ import torch
 
 import hvdlite.torch as hvd
 from hvdlite.elastic import commits
+from hvdlite.torch import host_copies
 
 
 def build(device):
@@ -44,16 +46,8 @@ def compare(what, got, want):
     return problems
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda")
-    args = parser.parse_args()
-    os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-gpu-elastic-"))
-    hvd.init()
-    device = torch.device(args.device)
-    if args.device == "cuda":
-        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
-        torch.cuda.set_device(device)
+def committed_and_restored(device):
+    """Lines saying what differs after restore() and after reading the commit back (none: all equal)."""
     model, optimizer = build(device)
     state = hvd.elastic.TorchState(model, optimizer, epoch=0)
 
@@ -86,14 +80,36 @@ def main():
     problems += compare("commit read back", everything(fresh_model, fresh_optimizer), committed)
     if sequence != 2 or fresh.epoch != 1:
         problems.append(f"commit read back: sequence {sequence}, epoch {fresh.epoch}; committed 2 and 1")
-    kind = "writes the host's memory copy" if commits.writes_here() else "keeps its own copy"
-    for line in problems:
-        print(f"rank {hvd.rank()}: {line}", flush=True)
-    print(f"rank {hvd.rank()} ({kind}): {len(committed)} tensors on {device}: "
-          f"{'ok' if not problems else 'FAILED'}", flush=True)
+    gathered = bool(state._gather)  # the GPU buffer the tensors were gathered into
+    if device.type == "cuda" and gathered != (host_copies.GATHER_LIMIT > 0):
+        problems.append(f"the tensors were {'' if gathered else 'not '}gathered on the GPU "
+                        f"(GATHER_LIMIT {host_copies.GATHER_LIMIT})")
     commits.remove()
+    return problems, len(committed)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-gpu-elastic-"))
+    hvd.init()
+    device = torch.device(args.device)
+    if args.device == "cuda":
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    kind = "writes the host's memory copy" if commits.writes_here() else "keeps its own copy"
+    failed = False
+    for how, limit in (("gathered", host_copies.GATHER_LIMIT), ("one by one", 0)):
+        host_copies.GATHER_LIMIT = limit
+        problems, count = committed_and_restored(device)
+        for line in problems:
+            print(f"rank {hvd.rank()}: {how}: {line}", flush=True)
+        print(f"rank {hvd.rank()} ({kind}): {count} tensors on {device}, copied {how}: "
+              f"{'ok' if not problems else 'FAILED'}", flush=True)
+        failed = failed or bool(problems)
     hvd.shutdown()
-    sys.exit(1 if problems else 0)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
