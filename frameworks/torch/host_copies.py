@@ -54,21 +54,27 @@ class HostCopies:
 
     def copy_from(self, tensors):
         """Copies tensors (of the views' dtypes and shapes) into the views; returns when they are there."""
-        devices = {t.device for t in tensors}
-        if all(device.type == "cpu" for device in devices):
+        gpus = {t.device for t in tensors if t.device.type == "cuda"}
+        if not gpus:
             torch._foreach_copy_(self.views, tensors)
             return
-        device = next(iter(devices))
-        if len(devices) == 1 and device.type == "cuda" and 0 < self.size <= GATHER_LIMIT:
-            staging, staged = self._gathering(device)
-            torch._foreach_copy_(staged, tensors)
+        if len(gpus) == 1 and 0 < self.size <= GATHER_LIMIT:
+            (gpu,) = gpus
+            staging, staged = self._gathering(gpu)
+            on_gpu = [t.device == gpu for t in tensors]
+            torch._foreach_copy_([s for s, here in zip(staged, on_gpu) if here],
+                                 [t for t, here in zip(tensors, on_gpu) if here])
             self._host_bytes().copy_(staging, non_blocking=True)
-        else:
-            for view, t in zip(self.views, tensors):
-                view.copy_(t, non_blocking=t.device.type == "cuda")
-        for device in devices:
-            if device.type == "cuda":
-                torch.cuda.current_stream(device).synchronize()
+            torch.cuda.current_stream(gpu).synchronize()
+            # The others (Adam keeps its step counts on the CPU) after the transfer, which covered their places too.
+            for view, t, here in zip(self.views, tensors, on_gpu):
+                if not here:
+                    view.copy_(t)
+            return
+        for view, t in zip(self.views, tensors):
+            view.copy_(t, non_blocking=t.device.type == "cuda")
+        for gpu in gpus:
+            torch.cuda.current_stream(gpu).synchronize()
 
     def _gathering(self, device):
         """(the GPU buffer, its views at the host copies' offsets), made once for this layout and GPU."""

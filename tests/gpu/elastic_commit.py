@@ -84,7 +84,9 @@ def committed_and_restored(device):
     if device.type == "cuda" and gathered != (host_copies.GATHER_LIMIT > 0):
         problems.append(f"the tensors were {'' if gathered else 'not '}gathered on the GPU "
                         f"(GATHER_LIMIT {host_copies.GATHER_LIMIT})")
-    commits.remove()
+    hvd.allreduce(torch.zeros(1), name="elastic_check.done")  # every rank done with the host's commits
+    if commits.writes_here():
+        commits.remove()  # as hvd.elastic.run does when a job ends: the host's writer, once
     return problems, len(committed)
 
 
