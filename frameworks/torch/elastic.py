@@ -21,8 +21,6 @@ from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectS
 from hvdlite.elastic.array_block import ArrayBlock
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .host_copies import HostCopies
-from .pinned_memory import PinnedRange
 
 
 class _TensorPlace:
@@ -89,6 +87,34 @@ def _as_tensors(snapshot):
     for i in snapshot["bfloat16"]:
         tensors[i] = tensors[i].view(torch.bfloat16)
     return tensors
+
+
+def _on_cpu(tensors):
+    return all(t.device.type == "cpu" for t in tensors)
+
+
+def _copy_all(targets, tensors, on_cpu):
+    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU (on_cpu);
+    from GPUs, all started before one wait per GPU (direct transfers where the targets are page-locked)."""
+    if on_cpu:
+        torch._foreach_copy_(targets, tensors)
+        return
+    for target, t in zip(targets, tensors):
+        target.copy_(t, non_blocking=t.device.type == "cuda")
+    for device in {t.device for t in tensors if t.device.type == "cuda"}:
+        torch.cuda.current_stream(device).synchronize()
+
+
+def _copy_into(saved, tensors):
+    """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
+    saving every step allocates nothing."""
+    on_cpu = _on_cpu(tensors)
+    if saved is None or len(saved) != len(tensors) or any(
+            s.shape != t.shape or s.dtype != t.dtype for s, t in zip(saved, tensors)):
+        # Page-locked for GPU tensors: their copies are then direct transfers, all under way at once.
+        saved = [torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda") for t in tensors]
+    _copy_all(saved, tensors, on_cpu)
+    return saved
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,24 +185,13 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 class _InMemory:
     """A state's tensors' place in one memory slot: their dtypes and shapes (and NumPy's), the slot's arrays (as an
-    ArrayBlock, pickled the same way every commit), the tensors' host copies there, and, once GPU tensors are
-    copied there, that memory page-locked."""
+    ArrayBlock, pickled the same way every commit) and tensors viewing them."""
 
-    __slots__ = ("layout", "specs", "arrays", "block", "copies", "pinned")
+    __slots__ = ("layout", "specs", "arrays", "block", "views")
 
-    def __init__(self, layout, specs, arrays, gather):
+    def __init__(self, layout, specs, arrays):
         self.layout, self.specs, self.arrays, self.block = layout, specs, arrays, ArrayBlock(arrays)
-        self.copies = HostCopies([torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)], gather)
-        self.pinned = None
-
-    def copy_from(self, tensors):
-        if self.pinned is None and any(t.is_cuda for t in tensors):
-            self.pinned = PinnedRange(self.copies.start, self.copies.size)
-        self.copies.copy_from(tensors)
-
-    def release(self):
-        if self.pinned is not None:
-            self.pinned.release()
+        self.views = [torch.from_numpy(a).view(dtype) for a, (dtype, _) in zip(arrays, layout)]
 
 
 class TorchState(ObjectState):
@@ -197,8 +212,6 @@ class TorchState(ObjectState):
         self._saved_samplers = {}
         self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
         self._in_memory = {}  # sequence % 2 -> _InMemory: where the tensors of a commit to that slot go
-        self._saved_host = None  # HostCopies of the last save, reused by the next
-        self._gather = {}  # the GPU buffer HostCopies gather a GPU's tensors into
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
     def _live_dicts(self, tensors):
@@ -209,10 +222,7 @@ class TorchState(ObjectState):
         self._saved_sequence = None
         tensors = []
         self._saved_dicts = self._live_dicts(tensors)
-        if self._saved_host is None or not self._saved_host.fits(tensors):  # else saving allocates nothing
-            self._saved_host = HostCopies.allocate(tensors, self._gather)
-        self._saved_host.copy_from(tensors)
-        self._saved_tensors = self._saved_host.views
+        self._saved_tensors = _copy_into(self._saved_tensors, tensors)
         self._saved_samplers = {name: s.state_dict() for name, s in self._samplers.items()}
         super().save()
 
@@ -273,10 +283,8 @@ class TorchState(ObjectState):
         if arrays is None:
             return None
         if place is None or place.arrays is not arrays:
-            if self._sequence % 2 in self._in_memory:  # its pages may be those of the new place
-                self._in_memory[self._sequence % 2].release()
-            place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays, self._gather)
-        place.copy_from(tensors)
+            place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays)
+        _copy_all(place.views, tensors, _on_cpu(tensors))
         return place.block
 
     def saved_in_memory(self, sequence):

@@ -4,8 +4,7 @@ On 2 ranks of one host: the host's writer, whose tensors go from the GPU straigh
 a rank that keeps its own copy. After DistributedOptimizer steps on CUDA (Adam; a bfloat16 buffer changed every
 step), commit, more steps, then restore(): every parameter, buffer and Adam state tensor is back, on its GPU and
 bitwise as committed; and the commit read back as a restarted job reads it (commits.agree_and_load) and loaded
-into a fresh model on the GPU gives the same. Twice: the tensors gathered on the GPU and moved to the host in one
-copy, and copied one by one (as states larger than host_copies.GATHER_LIMIT are).
+into a fresh model on the GPU gives the same.
 
     mpiexec -n 2 python tests/gpu/elastic_commit.py [--device cuda|cpu]
 """
@@ -18,7 +17,6 @@ import torch
 
 import hvdlite.torch as hvd
 from hvdlite.elastic import commits
-from hvdlite.torch import host_copies
 
 
 def build(device):
@@ -80,10 +78,6 @@ def committed_and_restored(device):
     problems += compare("commit read back", everything(fresh_model, fresh_optimizer), committed)
     if sequence != 2 or fresh.epoch != 1:
         problems.append(f"commit read back: sequence {sequence}, epoch {fresh.epoch}; committed 2 and 1")
-    gathered = bool(state._gather)  # the GPU buffer the tensors were gathered into
-    if device.type == "cuda" and gathered != (host_copies.GATHER_LIMIT > 0):
-        problems.append(f"the tensors were {'' if gathered else 'not '}gathered on the GPU "
-                        f"(GATHER_LIMIT {host_copies.GATHER_LIMIT})")
     hvd.allreduce(torch.zeros(1), name="elastic_check.done")  # every rank done with the host's commits
     if commits.writes_here():
         commits.remove()  # as hvd.elastic.run does when a job ends: the host's writer, once
@@ -101,17 +95,13 @@ def main():
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
     kind = "writes the host's memory copy" if commits.writes_here() else "keeps its own copy"
-    failed = False
-    for how, limit in (("gathered", host_copies.GATHER_LIMIT), ("one by one", 0)):
-        host_copies.GATHER_LIMIT = limit
-        problems, count = committed_and_restored(device)
-        for line in problems:
-            print(f"rank {hvd.rank()}: {how}: {line}", flush=True)
-        print(f"rank {hvd.rank()} ({kind}): {count} tensors on {device}, copied {how}: "
-              f"{'ok' if not problems else 'FAILED'}", flush=True)
-        failed = failed or bool(problems)
+    problems, count = committed_and_restored(device)
+    for line in problems:
+        print(f"rank {hvd.rank()}: {line}", flush=True)
+    print(f"rank {hvd.rank()} ({kind}): {count} tensors on {device}: {'ok' if not problems else 'FAILED'}",
+          flush=True)
     hvd.shutdown()
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":
