@@ -95,12 +95,13 @@ def _on_cpu(tensors):
 
 def _copy_all(targets, tensors, on_cpu):
     """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU (on_cpu);
-    from GPUs, all started before one wait per GPU (direct transfers where the targets are page-locked)."""
+    from GPUs into page-locked targets, all started before one wait per GPU (into other memory CUDA copies one at a
+    time anyway)."""
     if on_cpu:
         torch._foreach_copy_(targets, tensors)
         return
     for target, t in zip(targets, tensors):
-        target.copy_(t, non_blocking=t.device.type == "cuda")
+        target.copy_(t, non_blocking=t.device.type == "cuda" and target.is_pinned())
     for device in {t.device for t in tensors if t.device.type == "cuda"}:
         torch.cuda.current_stream(device).synchronize()
 
