@@ -18,6 +18,7 @@ costs); the records are elastic_commit_gpu.json and .png.
 import argparse
 import copy
 import os
+import shutil
 import sys
 import tempfile
 
@@ -36,6 +37,7 @@ common.relaunch_under_mpiexec(1 if DEVICE == "cuda" else 2)
 import torch  # noqa: E402
 
 import hvdlite.torch as hvd  # noqa: E402
+from hvdlite.elastic import commits  # noqa: E402
 
 BATCH = 32
 
@@ -165,7 +167,9 @@ def main():
     if args.device == "cuda":
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    os.environ.setdefault("HVDLITE_ELASTIC_COMMIT_DIR", tempfile.mkdtemp(prefix="hvdlite-bench-commit-"))
+    own_folder = "HVDLITE_ELASTIC_COMMIT_DIR" not in os.environ  # one of this rank's, removed at the end
+    if own_folder:
+        os.environ["HVDLITE_ELASTIC_COMMIT_DIR"] = tempfile.mkdtemp(prefix="hvdlite-bench-commit-")
     rows = []
     common.say(f"{'model':>9} {'state MB':>9} {'step ms':>9} {'commit ms':>10} {'commit/step':>12} "
                f"{'Horovod ms':>11} {'Horovod/step':>13} {'copy/step':>10}  (time added to a step)")
@@ -175,6 +179,13 @@ def main():
         common.say(f"{row['model']:>9} {row['state_mb']:9.2f} {row['step_ms']:9.2f} {row['commit_ms']:10.2f} "
                    f"{row['commit_per_step']:12.2f} {row['horovod_commit_ms']:11.2f} "
                    f"{row['horovod_commit_per_step']:13.2f} {row['copy_per_step']:10.2f}")
+    # The commits go, as hvd.elastic.run removes them when a job ends: left, the memory slots would keep the
+    # largest state's pages (twice) in /dev/shm after the benchmark.
+    common.COMM.Barrier()
+    if commits.writes_here():
+        commits.remove()
+    if own_folder:
+        shutil.rmtree(os.environ["HVDLITE_ELASTIC_COMMIT_DIR"], ignore_errors=True)
     machine = common.machine_info()
     if device.type == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(device)
