@@ -174,7 +174,7 @@ def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
     state.commit()
     train_step()
     state.commit()  # 3: into the slot of 1, with more tensors
-    assert commits.keeps_in_memory() and state._saved_sequence == 3 and state._saved_tensors is None
+    assert not commits.host_memory().given_up and state._saved_sequence == 3 and state._saved_tensors is None
     committed = {k: v.clone() for k, v in model.state_dict().items()}
     momentum = [optimizer.state[p]["momentum_buffer"].clone() for p in model.parameters()]
     train_step()

@@ -251,8 +251,10 @@ class TorchState(ObjectState):
         super().sync()
 
     @staticmethod
-    def _snapshot_of(dicts, tensors):
-        return {"dicts": dicts, "arrays": ArrayBlock([_as_array(t) for t in tensors]),
+    def _snapshot_of(dicts, tensors, block=None):
+        """The snapshot of state dicts whose tensors are ``tensors``: their arrays are ``block`` where given (the
+        tensors copied into the host's memory), else views of the tensors (copies of GPU ones)."""
+        return {"dicts": dicts, "arrays": block if block is not None else ArrayBlock([_as_array(t) for t in tensors]),
                 "bfloat16": [i for i, t in enumerate(tensors) if t.dtype == torch.bfloat16]}
 
     def snapshot(self):
@@ -264,11 +266,7 @@ class TorchState(ObjectState):
     def live_snapshot(self):
         tensors = []
         dicts = self._live_dicts(tensors)
-        block = self._copied_to_memory(tensors)
-        snapshot = {"dicts": dicts, "arrays": block,
-                    "bfloat16": [i for i, t in enumerate(tensors) if t.dtype == torch.bfloat16]} \
-            if block is not None else self._snapshot_of(dicts, tensors)
-        return {**snapshot,
+        return {**self._snapshot_of(dicts, tensors, self._copied_to_memory(tensors)),
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
                 "values": {name: getattr(self, name) for name in self._saved_state}}
 

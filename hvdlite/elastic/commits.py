@@ -138,53 +138,64 @@ class _DiskWriter:
 
 
 _writer = None
-_memory_failed = False  # /dev/shm refused a commit once (full): commits go to disk in line from then on
-_slots = {}  # path -> MemorySlot, open for the job
-_prepared = (None, None)  # (sequence, MemorySlot) of the last memory_arrays, for the write that follows it
 
 
-def keeps_in_memory():
-    """Whether commits go to this host's memory (else to disk in line)."""
-    return memory_directory() is not None and not _memory_failed
+class _HostMemory:
+    """This job's two memory slots on this host (None where there is no /dev/shm), opened at their first commit.
+    The first time /dev/shm refuses one (full), memory is given up: commits go to disk in line from then on."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.given_up = folder is None
+        self._slots = [None, None]
+
+    def slot(self, sequence):
+        """The slot of commit ``sequence``, or None where commits do not go to memory."""
+        index = sequence % 2
+        if self._slots[index] is None and not self.given_up:
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+                self._slots[index] = memory_slots.MemorySlot(_slot_paths(self.folder)[index])
+            except OSError as error:
+                self.give_up(error)
+        return self._slots[index] if not self.given_up else None
+
+    def give_up(self, error):
+        self.given_up = True
+        print(f"[hvdlite rank {basics.rank()}] elastic: cannot keep commits in {self.folder} ({error}); writing them "
+              f"to disk in line instead", file=sys.stderr, flush=True)
+
+    def close(self):
+        for slot in self._slots:
+            if slot is not None:
+                slot.close()
+        self._slots = [None, None]
 
 
-def _memory_slot(sequence):
-    """The memory slot of commit ``sequence``, or None where commits do not go to memory."""
-    global _memory_failed
-    folder = memory_directory() if not _memory_failed else None
-    if folder is None:
-        return None
-    path = _slot_paths(folder)[sequence % 2]
-    slot = _slots.get(path)
-    if slot is None:
-        try:
-            os.makedirs(folder, exist_ok=True)
-            slot = _slots[path] = memory_slots.MemorySlot(path)
-        except OSError as error:
-            _memory_failed = True
-            _report_memory_failure(folder, error)
-    return slot
+_memories = {}  # memory folder -> _HostMemory, for the job
 
 
-def _report_memory_failure(folder, error):
-    print(f"[hvdlite rank {basics.rank()}] elastic: cannot keep commits in {folder} ({error}); writing them to "
-          f"disk in line instead", file=sys.stderr, flush=True)
+def host_memory():
+    """This job's _HostMemory on this host."""
+    folder = memory_directory()
+    memory = _memories.get(folder)
+    if memory is None:
+        memory = _memories[folder] = _HostMemory(folder)
+    return memory
 
 
 def memory_arrays(sequence, specs):
     """NumPy arrays in this host's memory, one per (dtype string, shape) of ``specs``, for a state to copy its
     arrays into before ``write(sequence, payload)`` with an ArrayBlock of them, which then copies them no more; None
     where commits do not go to memory (or it is full)."""
-    global _memory_failed, _prepared
-    slot = _memory_slot(sequence)
+    memory = host_memory()
+    slot = memory.slot(sequence)
     if slot is None:
         return None
-    _prepared = (sequence, slot)
     try:
         return slot.arrays_for(specs)
     except OSError as error:
-        _memory_failed = True
-        _report_memory_failure(memory_directory(), error)
+        memory.give_up(error)
         return None
 
 
@@ -192,17 +203,15 @@ def write(sequence, payload):
     """Stores commit ``sequence`` (a picklable object; its arrays may be the live state's, which is copied before
     this returns) in this host's memory, in line, and has the background thread copy it to disk. Returns True when
     it is in memory (read_memory gives it back), False when it went to disk in line instead."""
-    global _writer, _memory_failed, _prepared
+    global _writer
     data, views = pickled(payload)
-    # The slot memory_arrays found for this commit, if it was asked: finding it again costs a look at the settings.
-    slot = _prepared[1] if _prepared[0] == sequence and not _memory_failed else _memory_slot(sequence)
-    _prepared = (None, None)
+    memory = host_memory()
+    slot = memory.slot(sequence)  # the one whose arrays memory_arrays handed out for this commit, if it was asked
     if slot is not None:
         try:
             slot.store(sequence, data, views)
         except OSError as error:
-            _memory_failed = True
-            _report_memory_failure(memory_directory(), error)
+            memory.give_up(error)
         else:
             _writer = _writer or _DiskWriter()
             _writer.submit(sequence, slot.path)
@@ -222,8 +231,9 @@ def read_memory(sequence):
     raise HorovodInternalError(f"elastic: commit {sequence} is no longer in {folder}")
 
 
+@functools.lru_cache(maxsize=8)
 def _slot_paths(folder):
-    return [os.path.join(folder, f"slot-{index}") for index in (0, 1)]
+    return tuple(os.path.join(folder, f"slot-{index}") for index in (0, 1))
 
 
 def write_to_disk(sequence, parts):
@@ -327,12 +337,10 @@ def agree_and_load():
 
 def remove():
     """Deletes this host's commits, in memory and on disk (a finished job cleans up after itself)."""
-    global _prepared
     flush()
-    for slot in _slots.values():
-        slot.close()
-    _slots.clear()
-    _prepared = (None, None)
+    for memory in _memories.values():
+        memory.close()
+    _memories.clear()
     for folder in (memory_directory(), directory()):
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
