@@ -264,6 +264,27 @@ def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("flags,expected", [
+    ((), ["HVDLITE_JOB_ID", "HVDLITE_LAUNCHER"]),
+    (("--max-restarts", "1"), ["HVDLITE_ELASTIC_JOB", "HVDLITE_ELASTIC_RESTART", "HVDLITE_JOB_ID", "HVDLITE_LAUNCHER"]),
+])
+def test_open_mpi_passes_the_launchers_own_variables_to_other_hosts(tmp_path, flags, expected):
+    """Open MPI gives ranks on other hosts only the variables it is told to (over ssh they start with a clean
+    environment): those the launcher sets on mpiexec are named too. The mpirun here is a test double that only
+    answers --version (this checks the command line hvdliterun builds, not Open MPI)."""
+    mpirun = tmp_path / "mpirun"
+    mpirun.write_text("#!/bin/sh\necho 'mpirun (Open MPI) 5.0.11'\n")
+    mpirun.chmod(0o755)
+    result = subprocess.run([PYTHON, "-m", "hvdlite.run", "--mpiexec", str(mpirun), "-np", "2", "-H", "a:1,b:1",
+                             "--dry-run", *flags, "prog"], env=_job_env(uuid.uuid4().hex), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    argv = result.stdout.split("\n")[0].split()
+    forwarded = sorted(argv[i + 1] for i, word in enumerate(argv) if word == "-x" and "=" not in argv[i + 1]
+                       and argv[i + 1].startswith(("HVDLITE_JOB", "HVDLITE_LAUNCHER", "HVDLITE_ELASTIC")))
+    assert forwarded == expected, argv
+
+
 _PEER_WAITS_FOREVER = """
     import os, sys, time
     from mpi4py import MPI

@@ -6,9 +6,9 @@ import sys
 from . import binding
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
-from .elastic import Supervisor
+from .elastic import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE, Supervisor
 from .hosts import rank_placement
-from .job import new_job_id, run_job
+from .job import JOB_MARKER, LAUNCHER_VARIABLE, new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 
@@ -18,6 +18,16 @@ _FORWARDED_PREFIXES = ("HVDLITE_", "HOROVOD_", "PYTHONPATH", "LD_LIBRARY_PATH", 
 
 def _log(message):
     print(f"hvdliterun: {message}", file=sys.stderr, flush=True)
+
+
+def launcher_variables(args):
+    """The variables the launcher itself sets on mpiexec for the ranks (run_job, and Supervisor for restarts)."""
+    names = [JOB_MARKER, LAUNCHER_VARIABLE]
+    if args.max_restarts or args.host_discovery_script:
+        names += [JOB_VARIABLE, RESTART_VARIABLE]
+    if args.host_discovery_script:
+        names.append(NOTIFY_VARIABLE)
+    return names
 
 
 def job_environment(args, environ):
@@ -48,7 +58,10 @@ def main(argv=None):
         return 2
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
     env = job_environment(args, os.environ)
-    forward = sorted(n for n in os.environ if n.startswith(_FORWARDED_PREFIXES)) if flavour == OPENMPI else ()
+    # Open MPI passes ranks on other hosts only the variables named: the user's, and those the launcher sets on
+    # mpiexec (where commits are, which start this is, where the launcher listens).
+    forward = sorted({n for n in os.environ if n.startswith(_FORWARDED_PREFIXES)} | set(launcher_variables(args))) \
+        if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
 
     def command_for(chosen_hosts, num_proc, hostfile=None):
