@@ -21,7 +21,9 @@ TF_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_
 
 
 def commit_folders():
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("hvdlite-elastic-")}
+    """The elastic commit folders on this host's disk and in its memory."""
+    return {os.path.join(root, name) for root in (tempfile.gettempdir(), "/dev/shm") if os.path.isdir(root)
+            for name in os.listdir(root) if name.startswith("hvdlite-elastic-")}
 
 
 def hvdliterun(*args, timeout=300, env=None):
@@ -284,7 +286,8 @@ FULL_SHM_COMMITS = {
     "numpy": """
 import numpy as np, hvdlite
 from hvdlite.elastic import ObjectState, commits
-commits.MEMORY_ROOT = {root!r}
+from hvdlite.run import commit_folders
+commit_folders.MEMORY_ROOT = {root!r}
 hvdlite.init()
 state = ObjectState(step=0, weights=np.zeros(1 << 17))  # 1 MB
 for step in (1, 2):
@@ -294,7 +297,8 @@ for step in (1, 2):
     "torch": """
 import torch, hvdlite.torch as hvd
 from hvdlite.elastic import commits
-commits.MEMORY_ROOT = {root!r}
+from hvdlite.run import commit_folders
+commit_folders.MEMORY_ROOT = {root!r}
 hvd.init()
 model = torch.nn.Linear(512, 512)  # 1 MB, and as much momentum
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -335,6 +339,46 @@ print("NEWEST", commits.agree_and_load()[0])
     assert output.count("cannot keep commits in") == 1 and "writing them to disk in line instead" in output, output
     assert "ON DISK ['commit-000000000001.pkl', 'commit-000000000002.pkl']" in output and "NEWEST 2" in output
     assert kind != "torch" or "SAME True" in output, output
+
+
+GIVEN_UP = """
+import sys, hvdlite
+from hvdlite.elastic import ObjectState, run
+hvdlite.init()
+
+@run
+def train(state):
+    state.step += 1
+    print("STEP", hvdlite.rank(), state.step, flush=True)
+    state.commit()
+    if sys.argv[1] == "fail":
+        sys.exit(3)
+
+train(ObjectState(step=0))
+"""
+
+
+def test_a_job_given_up_leaves_no_commits_unless_their_folder_is_the_users(tmp_path):
+    """When the launcher gives a job up, the job's own commit folders go, on disk and in memory; commits in a folder
+    the user chose stay, and a new start of the job with that folder resumes from the last of them."""
+    before = commit_folders()
+    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, "-c", GIVEN_UP, "fail", timeout=120)
+    assert code == 3, output[-3000:]
+    assert "hvdliterun: the job failed with exit code 3; no restart left (--max-restarts 1)" in output
+    assert "hvdliterun: removed the job's commits on this host" in output, output[-3000:]
+    assert commit_folders() == before, "the job given up left its commits behind"
+    kept = tmp_path / "commits"
+    env = {"HVDLITE_ELASTIC_COMMIT_DIR": str(kept)}
+    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, "-c", GIVEN_UP, "fail", timeout=120,
+                              env=env)
+    assert code == 3, output[-3000:]
+    assert (f"hvdliterun: the job's commits stay in {kept} on each host: start the job again with the same "
+            "HVDLITE_ELASTIC_COMMIT_DIR to resume from the last one") in output, output[-3000:]
+    assert sorted(p.name for p in kept.iterdir()) == ["commit-000000000001.pkl", "commit-000000000002.pkl"]
+    code, output = hvdliterun("-np", 2, sys.executable, "-c", GIVEN_UP, "succeed", timeout=120, env=env)
+    assert code == 0, output[-3000:]
+    assert sorted(line for line in output.splitlines() if line.startswith("STEP")) == ["STEP 0 3", "STEP 1 3"]
+    assert not kept.exists() and commit_folders() == before, "the finished job left its commits behind"
 
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):

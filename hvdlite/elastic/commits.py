@@ -19,61 +19,24 @@ import functools
 import glob
 import hashlib
 import os
-import shutil
-import socket
 import sys
 import tempfile
 import threading
 
 import numpy as np
 
-from hvdlite import basics, config, ops
+from hvdlite import basics, ops
 from hvdlite.errors import HorovodInternalError
 from hvdlite.process_sets import global_process_set
-from hvdlite.run.elastic import JOB_VARIABLE
+from hvdlite.run import commit_folders
+from hvdlite.run.commit_folders import directory, memory_directory
 
 from . import memory_slots
 from .commit_body import decode, encode, parts, pickled  # noqa: F401 (encode: for callers)
 
 KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
 MAGIC = b"HVDLCMT1"  # disk: magic, SHA-256 of the body, body
-MEMORY_ROOT = "/dev/shm"
 DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
-
-
-_COMMIT_DIR = config.SETTINGS_BY_NAME["elastic_commit_dir"]
-_DIRECTORY_VARIABLES = tuple(v for v in (_COMMIT_DIR.env, _COMMIT_DIR.alias, JOB_VARIABLE) if v)
-
-
-def directory(environ=os.environ):
-    """This job's commit directory on this host. In HVDLITE_ELASTIC_COMMIT_DIR, ``{host}`` stands for this host's
-    name (hosts that share a file system then keep separate copies)."""
-    # Every commit asks (a few times): the answer is cached for the variables it depends on.
-    return _directory(tuple((v, environ[v]) for v in _DIRECTORY_VARIABLES if v in environ), os.getppid())
-
-
-@functools.lru_cache(maxsize=8)
-def _directory(variables, parent):
-    environ = dict(variables)
-    configured = _COMMIT_DIR.read(environ)
-    if configured:
-        return configured.replace("{host}", socket.gethostname())
-    job = environ.get(JOB_VARIABLE) or f"pid{parent}"
-    return os.path.join(tempfile.gettempdir(), f"hvdlite-elastic-{job}")
-
-
-def memory_directory(environ=os.environ):
-    """This job's folder in this host's memory (None where there is no /dev/shm): one per commit directory."""
-    return _memory_folder(MEMORY_ROOT, directory(environ))
-
-
-@functools.lru_cache(maxsize=8)
-def _memory_folder(root, disk_directory):
-    # Cached: every commit asks, and the answer does not change while a job runs.
-    if not os.path.isdir(root) or not os.access(root, os.W_OK):
-        return None
-    disk_directory = os.path.abspath(disk_directory)
-    return os.path.join(root, f"hvdlite-elastic-{hashlib.sha1(disk_directory.encode()).hexdigest()[:16]}")
 
 
 def writes_here():
@@ -341,6 +304,4 @@ def remove():
     for memory in _memories.values():
         memory.close()
     _memories.clear()
-    for folder in (memory_directory(), directory()):
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)
+    commit_folders.remove_here()

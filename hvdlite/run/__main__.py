@@ -64,9 +64,9 @@ def main(argv=None):
         if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
 
-    def command_for(chosen_hosts, num_proc, hostfile=None):
+    def command_for(chosen_hosts, num_proc, hostfile=None, what=program):
         placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
-        return build_command(flavour, mpiexec, num_proc, program, env=env, hosts=None if hostfile else chosen_hosts,
+        return build_command(flavour, mpiexec, num_proc, what, env=env, hosts=None if hostfile else chosen_hosts,
                              hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
                              binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec)
     if args.host_discovery_script:
@@ -87,7 +87,9 @@ def main(argv=None):
             _log("not starting the job (--no-host-check skips this check)")
             return 2
     if args.max_restarts:
-        return Supervisor(args, lambda _hosts, _num_proc: argv, dict(os.environ, **env), _log).run()
+        # The job on its hosts each time; another program (the removal of its commits) on the hosts given.
+        return Supervisor(args, lambda placed_hosts, num_proc, what=program: argv if what is program else
+                          command_for(placed_hosts, num_proc, what=what), dict(os.environ, **env), _log).run()
     return run_job(argv, dict(os.environ, **env), new_job_id(), log=_log if args.verbose else None)
 
 

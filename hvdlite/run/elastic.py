@@ -14,6 +14,7 @@ failure; likewise when the script stops listing a host the job runs on. The rank
 import random
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -28,6 +29,7 @@ RESTART_VARIABLE = "HVDLITE_ELASTIC_RESTART"  # which start of the job this is (
 NOTIFY_VARIABLE = "HVDLITE_ELASTIC_NOTIFY"    # host:port answering "have the hosts changed?" (HostNews)
 EXIT_HOSTS_UPDATED = 75  # EX_TEMPFAIL, "try again": the ranks stopped at a commit because the hosts changed
 DISCOVERY_INTERVAL_SECONDS = 1.0
+REMOVAL_SECONDS = 60.0  # the most the removal of a given-up job's commits may take, on all its hosts at once
 
 
 def discover(script, slots_per_host, timeout=30.0):
@@ -94,14 +96,23 @@ class Supervisor:
 
     def __init__(self, args, build_argv, env, log):
         self.args = args
-        self.build_argv = build_argv  # (hosts or None, num_proc) -> mpiexec argv
+        self.build_argv = build_argv  # (hosts or None, num_proc, what=the job's program) -> mpiexec argv
         self.env = env
         self.log = log
         self.elastic = bool(args.host_discovery_script)
         self.blacklist = Blacklist(args.blacklist_cooldown_range)
         self.job = new_job_id()  # the same for every start: where the ranks find their commits
+        self.ran_on = None  # host name -> Host, of every start so far ({} for this host only); None before the first
 
     def run(self):
+        """Runs the job to its end; returns the exit code. A job given up after it started leaves no commits
+        behind, unless they are where the user keeps them (a new start with the same folder resumes from them)."""
+        code = self._run_starts()
+        if code != 0 and self.ran_on is not None:
+            self._after_giving_up()
+        return code
+
+    def _run_starts(self):
         failures = starts = 0
         news = HostNews() if self.elastic else None
         try:
@@ -110,6 +121,7 @@ class Supervisor:
                 if placement is None:
                     return 1
                 hosts, num_proc = placement
+                self.ran_on = {**(self.ran_on or {}), **{h.name: h for h in hosts or []}}
                 env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: str(starts)})
                 stop_polling = threading.Event()
                 if news:
@@ -141,6 +153,34 @@ class Supervisor:
         finally:
             if news:
                 news.close()
+
+    def _after_giving_up(self):
+        from . import commit_folders  # here: it reads this module's variables
+        kept = commit_folders.configured(self.env)
+        if kept:
+            self.log(f"the job's commits stay in {kept} on each host: start the job again with the same "
+                     f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
+            return
+        # Where the job ran, but on hosts that are gone: mpiexec would wait for them.
+        names = [name for name in self.ran_on if not self.blacklist.excludes(name)]
+        lost = host_problems(names, self.args.launcher_exec)
+        hosts = [Host(name, 1) for name in names if name not in lost]
+        if self.ran_on and not hosts:
+            return
+        argv = self.build_argv(hosts or None, len(hosts) or 1, what=[sys.executable, "-m", commit_folders.__name__])
+        env = dict(self.env, **{JOB_VARIABLE: self.job})
+        try:
+            done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=REMOVAL_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.log(f"could not remove the job's commits: {error}")
+            return
+        where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" if hosts else "this host"
+        if done.returncode == 0:
+            self.log(f"removed the job's commits on {where}")
+        else:
+            self.log(f"could not remove the job's commits on {where}: exit code {done.returncode}: "
+                     f"{done.stdout.strip()[-500:]}")
 
     def _placement(self):
         """(hosts, num_proc) for the next start; None (logged) when too few slots appear in time."""
