@@ -39,6 +39,17 @@ def _hostfile_matches(flavour, hostfile):
     return hostfile.style == "bare" or hostfile.style == ("colon" if flavour == HYDRA else "slots")
 
 
+def _open_mpi_mapping(binding):
+    """Open MPI's options for where ranks go and what they are bound to: mapped by slot, so that each host's slots
+    fill in the order given, as hydra fills them (with --oversubscribe alone Open MPI maps by core and put every
+    rank of `-H a:1,b:1` on a), and more ranks than slots allowed, as hydra allows them."""
+    binding = list(binding)
+    if "--map-by" in binding:  # a policy of the binding's own (CPUs per rank): oversubscribing added to it
+        binding[binding.index("--map-by") + 1] += ":OVERSUBSCRIBE"
+        return binding
+    return ["--map-by", "slot:OVERSUBSCRIBE", *binding]
+
+
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
                   run_as_root=False, binding=(), launcher_exec=None):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
@@ -64,7 +75,7 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
         for name, value in env.items():
             argv += ["-genv", name, str(value)]
     elif flavour == OPENMPI:
-        argv = [mpiexec, "-np", str(num_proc), "--oversubscribe", *binding]
+        argv = [mpiexec, "-np", str(num_proc), *_open_mpi_mapping(binding)]
         if run_as_root:
             argv.append("--allow-run-as-root")
         if launcher_exec:
