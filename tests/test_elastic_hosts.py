@@ -13,6 +13,7 @@ import pytest
 
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import SimulatedHosts, available
+from hvdlite.run import commit_folders
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers", "torch_train.py")
 
@@ -68,7 +69,9 @@ def test_losing_rank_0s_host_resumes_on_the_other_from_its_commit(tmp_path):
             hosts.kill_processes("h1")  # rank 0's host: its ranks, its MPI proxy ...
             logged = [int(line.split()[1]) for line in (tmp_path / "lost.samples").read_text().split("\n")[:-1]]
             hosts.set_link("h1", up=False)  # ... its network ...
-            shutil.rmtree(tmp_path / "commits" / "h1")  # ... and its disk
+            shutil.rmtree(tmp_path / "commits" / "h1")  # ... its disk and its memory
+            lost_folder = {"HVDLITE_ELASTIC_COMMIT_DIR": str(tmp_path / "commits" / "h1")}
+            shutil.rmtree(commit_folders.memory_directory(lost_folder))
             output = finish(hosts, process)
         finally:
             if process.poll() is None:

@@ -350,3 +350,15 @@ def test_killing_the_launcher_outright_still_ends_the_job(tmp_path):
     while _processes_with_token(token) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_with_token(token) == []
+
+
+def test_a_job_past_its_time_limit_is_ended_and_leaves_no_process():
+    """run_job's time limit (the launcher's own short jobs, such as removing a given-up job's commits on its
+    hosts): mpiexec and its ranks are killed, and the exit code is timeout(1)'s."""
+    from hvdlite.run.job import processes_of_job, run_job
+    job = uuid.uuid4().hex
+    started = time.monotonic()
+    code = run_job([os.path.join(os.path.dirname(PYTHON), "mpiexec"), "-n", "2", "sleep", "60"], dict(os.environ),
+                   job, timeout=2)
+    assert code == 124 and time.monotonic() - started < 15, code
+    assert processes_of_job(job) == []

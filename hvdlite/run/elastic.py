@@ -168,19 +168,13 @@ class Supervisor:
         if self.ran_on and not hosts:
             return
         argv = self.build_argv(hosts or None, len(hosts) or 1, what=[sys.executable, "-m", commit_folders.__name__])
-        env = dict(self.env, **{JOB_VARIABLE: self.job})
-        try:
-            done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, timeout=REMOVAL_SECONDS)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            self.log(f"could not remove the job's commits: {error}")
-            return
+        # The removal reads the job's id only; the others are set as on a start of the job (Open MPI is told to
+        # pass them along, and warns about any it does not find).
+        env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: "", NOTIFY_VARIABLE: ""})
+        code = run_job(argv, env, new_job_id(), log=self.log, timeout=REMOVAL_SECONDS)
         where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" if hosts else "this host"
-        if done.returncode == 0:
-            self.log(f"removed the job's commits on {where}")
-        else:
-            self.log(f"could not remove the job's commits on {where}: exit code {done.returncode}: "
-                     f"{done.stdout.strip()[-500:]}")
+        self.log(f"removed the job's commits on {where}" if code == 0 else
+                 f"could not remove the job's commits on {where} (exit code {code}, output above)")
 
     def _placement(self):
         """(hosts, num_proc) for the next start; None (logged) when too few slots appear in time."""

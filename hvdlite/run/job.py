@@ -110,8 +110,9 @@ def _end_with_parent():
         pass
 
 
-def run_job(argv, env, job_id, log=None):
-    """Runs argv with env (JOB_MARKER added) to the end and returns the exit code to exit with."""
+def run_job(argv, env, job_id, log=None, timeout=None):
+    """Runs argv with env (JOB_MARKER added) to the end, or ends it after timeout seconds (exit code 124), and
+    returns the exit code to exit with."""
     received = []
     port, stop_listening = listen_for_ranks(lambda: peer_unreachable(None, None))
     env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity(port)})
@@ -152,8 +153,14 @@ def run_job(argv, env, job_id, log=None):
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     previous[UNREACHABLE_SIGNAL] = signal.signal(UNREACHABLE_SIGNAL, peer_unreachable)
+    timed_out = False
     try:
-        returncode = process.wait()
+        try:
+            returncode = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            end_job(f"the job did not end within {timeout:g} s; killing it")
+            returncode = process.wait()
     finally:
         stop_listening()
         for sig, handler in previous.items():
@@ -165,6 +172,8 @@ def run_job(argv, env, job_id, log=None):
     kill_job_leftovers(job_id, log)
     if UNREACHABLE_SIGNAL in received:
         return 1
+    if timed_out:
+        return 124  # as timeout(1)
     if received and returncode == 0:
         return 128 + received[0]
     return exit_code(returncode)
