@@ -1,17 +1,21 @@
-"""hvdliterun across hosts whose processes start with a clean environment, as ssh starts them: a job launched
-from a third host onto two simulated hosts (harness/simulated_hosts.py; needs root) through a launcher program that
-clears the environment before it enters the host. Every rank still gets the user's settings and the variables the
-launcher itself sets (its address, the job's marker, the elastic job and restart number), lands where -H puts it,
-knows its host's ranks and all-reduces correctly. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment along by
-itself, Open MPI only the variables it is told to (-x)."""
+"""hvdliterun across hosts whose processes start as ssh starts them: a job launched from a third host onto two
+simulated hosts (harness/simulated_hosts.py; needs root) through a launcher program that runs the command in the
+host with a bare environment and relays its output. Every rank still gets the user's settings and the variables
+the launcher itself sets (its address, the job's marker, the elastic job and restart number), lands where -H puts
+it, knows its host's ranks and all-reduces correctly; a rank killed or a host cut off ends the job within
+seconds. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment along by
+itself, Open MPI only the variables it is told to (-x).
+"""
 import os
+import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from harness.processes import QUIET_THREADS, venv_tool
-from harness.simulated_hosts import SimulatedHosts, available
+from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 
 VARIABLES = ("HVDLITE_CYCLE_TIME", "HVDLITE_LAUNCHER", "HVDLITE_JOB_ID", "HVDLITE_ELASTIC_JOB",
              "HVDLITE_ELASTIC_RESTART")
@@ -36,9 +40,14 @@ hvd.shutdown()
 
 
 def clean_launcher(hosts, folder):
-    """A launcher program that starts what it is given in a host with an environment as bare as ssh's."""
+    """A launcher program that behaves as ssh does: the command runs in the host with a bare environment, and its
+    output comes back through this process (the ssh client, which keeps the launcher's environment), so that
+    ending the client cuts the command off from the launcher's output as ending ssh would."""
     path = folder / "ssh-like"
-    path.write_text(f"#!/bin/sh\nexec env -i PATH=/usr/bin:/bin HOME=\"$HOME\" {hosts.launcher_exec} \"$@\"\n")
+    path.write_text(f"""#!/bin/bash
+set -o pipefail
+env -i PATH=/usr/bin:/bin HOME="$HOME" {hosts.launcher_exec} "$@" 2> >(cat >&2) | cat
+""")
     path.chmod(0o755)
     return str(path)
 
@@ -64,3 +73,83 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
         assert not missing, f"rank {rank} lacks {missing}"
     assert all(got == values[0] for got in values), values  # the same job, the same start, the same launcher
     assert values[0]["HVDLITE_CYCLE_TIME"] == "3" and values[0]["HVDLITE_ELASTIC_RESTART"] == "0"
+
+
+def _command_line(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            return stream.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+LOOP = """
+import os, signal, sys
+import numpy as np
+import hvdlite as hvd
+
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+step = 0
+while True:  # until a rank dies (mode "die": the last rank, after 20 steps) or the test cuts a host off
+    hvd.allreduce(np.full(4096, 1.0, dtype=np.float32), name="step", op=hvd.Sum)
+    step += 1
+    if step == 1:
+        open(os.path.join(sys.argv[1], f"started{rank}"), "w").close()
+    if sys.argv[2] == "die" and rank == size - 1 and step == 20:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+ENDS_WITHIN_S = 30
+TCP_BETWEEN_HOSTS = {**NETWORK_LAYERS["ofi"], "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"}  # MPICH, Open MPI
+
+
+@pytest.mark.parametrize("failure", ["a rank killed", "a host cut off"])
+def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
+    """Every rank started through the ssh-like launcher: a rank killed on h2, or h2 cut off from the network (its
+    processes alive, its connections silent: the progress timeout, and a rank telling the launcher over TCP at
+    the address the launcher set), ends the job on every host within seconds and leaves no rank behind."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
+    # Between hosts over TCP only: the simulated hosts share one kernel, where MPI's shared-memory transports would
+    # still reach a host cut off from the network (harness/simulated_hosts.py).
+    env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS, HVDLITE_PROGRESS_TIMEOUT_SECONDS="5")
+    with SimulatedHosts(3) as hosts:
+        process = hosts.popen("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
+                                     "-np", "4", "-H", "h1:2,h2:2", sys.executable, str(tmp_path / "loop.py"),
+                                     str(tmp_path), "die" if failure == "a rank killed" else "loop"],
+                              env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+        try:
+            deadline = time.monotonic() + 90
+            while not all((tmp_path / f"started{rank}").exists() for rank in range(4)):
+                assert process.poll() is None or failure == "a rank killed", process.stdout.read()[-6000:]
+                assert time.monotonic() < deadline, "the job did not start"
+                time.sleep(0.2)
+            started = time.monotonic()
+            if failure == "a host cut off":
+                hosts.set_link("h2", up=False)
+            try:
+                output, _ = process.communicate(timeout=ENDS_WITHIN_S)
+            except subprocess.TimeoutExpired:
+                hosts.kill_processes()
+                process.kill()
+                raise AssertionError(f"the job still ran {ENDS_WITHIN_S} s later:\n"
+                                     + process.communicate()[0][-6000:]) from None
+            took = time.monotonic() - started
+            time.sleep(1)  # processes just killed may still be leaving
+            left = {host: [pid for pid in hosts.pids(host) if host != "h2" or failure == "a rank killed"
+                           or "loop.py" in _command_line(pid)] for host in hosts.names}
+        finally:
+            hosts.set_link("h2", up=True)
+            if process.poll() is None:
+                process.kill()
+            hosts.kill_processes()
+    assert process.returncode != 0, output[-6000:]
+    assert took < ENDS_WITHIN_S
+    # Nothing is left on the hosts the launcher reaches. A host cut off from the network cannot be reached: its
+    # ranks end themselves (the progress timeout); Open MPI's daemon there waits for its lost launcher's connection.
+    assert not any(left.values()), f"processes left behind: {left}\n{output[-3000:]}"
+    if failure == "a host cut off":
+        assert "hvdliterun: a rank found a peer unreachable" in output, output[-3000:]
