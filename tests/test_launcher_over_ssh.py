@@ -3,7 +3,7 @@ simulated hosts (harness/simulated_hosts.py; needs root) through a launcher prog
 host with a bare environment and relays its output. Every rank still gets the user's settings and the variables
 the launcher itself sets (its address, the job's marker, the elastic job and restart number), lands where -H puts
 it, knows its host's ranks and all-reduces correctly; a rank killed or a host cut off ends the job within
-seconds. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment along by
+seconds; an elastic job restarts after a rank is killed and resumes from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment along by
 itself, Open MPI only the variables it is told to (-x).
 """
 import os
@@ -153,3 +153,63 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
     assert not any(left.values()), f"processes left behind: {left}\n{output[-3000:]}"
     if failure == "a host cut off":
         assert "hvdliterun: a rank found a peer unreachable" in output, output[-3000:]
+
+
+ELASTIC = """
+import os, signal, sys
+import numpy as np
+import hvdlite as hvd
+from hvdlite.elastic import ObjectState, run
+from hvdlite.elastic.runner import restarts
+
+hvd.init()
+out, start = sys.argv[1], restarts()
+
+
+@run
+def train(state):
+    with open(os.path.join(out, f"resumed-{start}-{hvd.rank()}"), "w") as report:
+        report.write(str(state.step))
+    while state.step < 30:
+        gradient = np.full(8, float((hvd.rank() + 1) * (state.step + 1)))
+        state.weights = state.weights + hvd.allreduce(gradient, name="gradient", op=hvd.Sum)
+        state.step += 1
+        state.commit()
+        if start == 0 and hvd.rank() == hvd.size() - 1 and state.step == 10:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return state.weights
+
+
+weights = train(ObjectState(step=0, weights=np.zeros(8)))
+with open(os.path.join(out, f"weights-{hvd.rank()}"), "w") as report:
+    report.write(" ".join(map(repr, weights.tolist())))
+"""
+
+
+def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path):
+    """--max-restarts across the ssh-like launcher: the last rank (on h2) is killed after the commit of step 10; the
+    job starts again, every rank resumes from the same newest commit (each host keeps its own), and the result is
+    exact: what 30 steps of sums of every rank's (rank + 1) x step make, computed here."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "elastic.py").write_text(textwrap.dedent(ELASTIC))
+    env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS,
+               HVDLITE_ELASTIC_COMMIT_DIR=str(tmp_path / "commits" / "{host}"))  # the hosts share one file system
+    with SimulatedHosts(3) as hosts:
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
+                                  "-np", "4", "-H", "h1:2,h2:2", "--max-restarts", "1", sys.executable,
+                                  str(tmp_path / "elastic.py"), str(tmp_path)],
+                           timeout=180, env=env, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "hvdliterun: restart 1: the job failed" in result.stdout, result.stdout[-4000:]
+    resumed = {(start, rank): int((tmp_path / f"resumed-{start}-{rank}").read_text())
+               for start in (0, 1) for rank in range(4)}
+    assert [resumed[0, rank] for rank in range(4)] == [0] * 4
+    again = {resumed[1, rank] for rank in range(4)}
+    assert len(again) == 1 and 9 <= again.pop() <= 10, resumed  # the kill may come before the others' commit
+    expected = float(sum(rank + 1 for rank in range(4)) * sum(step + 1 for step in range(30)))
+    for rank in range(4):
+        weights = [float(w) for w in (tmp_path / f"weights-{rank}").read_text().split()]
+        assert weights == [expected] * 8, (rank, weights)
+    assert not any((tmp_path / "commits").glob("*/commit-*")), "the finished job left its commits"
