@@ -56,6 +56,16 @@ def test_rank_placement_fills_each_hosts_slots_in_turn(hosts, num_proc, expected
     assert rank_placement(hosts, num_proc) == expected
 
 
+@pytest.mark.parametrize("hosts,num_proc,expected", [  # as Open MPI 5 placed them (test_launcher_over_ssh checks it)
+    ([Host("a", 2), Host("b", 2)], 3, {"a": [0, 1], "b": [2]}),
+    ([Host("a", 1), Host("b", 1)], 3, {"a": [0, 1], "b": [2]}),
+    ([Host("a", 2), Host("b", 1)], 5, {"a": [0, 1, 2], "b": [3, 4]}),
+    ([Host("a", 1), Host("b", 2)], 7, {"a": [0, 1, 2], "b": [3, 4, 5, 6]}),
+])
+def test_open_mpi_spreads_the_ranks_beyond_the_slots_evenly(hosts, num_proc, expected):
+    assert rank_placement(hosts, num_proc, spread_extra=True) == expected
+
+
 def test_openmpi_without_root_has_no_root_flag():
     assert "--allow-run-as-root" not in build_command(OPENMPI, "mpirun", 2, ["prog"])
 

@@ -1,10 +1,11 @@
 """hvdliterun across hosts whose processes start as ssh starts them: a job launched from a third host onto two
 simulated hosts (harness/simulated_hosts.py; needs root) through a launcher program that runs the command in the
-host with a bare environment and relays its output. Every rank still gets the user's settings and the variables
-the launcher itself sets (its address, the job's marker, the elastic job and restart number), lands where -H puts
-it, knows its host's ranks and all-reduces correctly; a rank killed or a host cut off ends the job within
-seconds; an elastic job restarts after a rank is killed and resumes from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment along by
-itself, Open MPI only the variables it is told to (-x).
+host with a bare environment and relays its output. Every rank still gets the launcher's environment (the user's
+settings, variables of any name) and the variables the launcher itself sets (its address, the job's marker, the
+elastic job and restart number), lands where -H puts it, knows its host's ranks and all-reduces correctly; a rank
+killed or a host cut off ends the job within seconds; an elastic job restarts after a rank is killed and resumes
+from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment
+along by itself, Open MPI only the variables it is told to (-x).
 """
 import os
 import subprocess
@@ -17,8 +18,8 @@ import pytest
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 
-VARIABLES = ("HVDLITE_CYCLE_TIME", "HVDLITE_LAUNCHER", "HVDLITE_JOB_ID", "HVDLITE_ELASTIC_JOB",
-             "HVDLITE_ELASTIC_RESTART")
+VARIABLES = ("HVDLITE_CYCLE_TIME", "OMP_NUM_THREADS", "MY_SETTING", "HVDLITE_LAUNCHER", "HVDLITE_JOB_ID",
+             "HVDLITE_ELASTIC_JOB", "HVDLITE_ELASTIC_RESTART")
 
 JOB = f"""
 import os, socket, sys
@@ -57,7 +58,7 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
     if problem:
         pytest.fail(f"this test needs simulated hosts: {problem}")
     (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
-    env = dict(os.environ, **QUIET_THREADS)
+    env = dict(os.environ, **QUIET_THREADS, MY_SETTING="seven")
     with SimulatedHosts(3) as hosts:
         result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
                                   "-np", "4", "-H", "h1:2,h2:2", "--max-restarts", "1", "--cycle-time-ms", "3",
@@ -73,6 +74,32 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
         assert not missing, f"rank {rank} lacks {missing}"
     assert all(got == values[0] for got in values), values  # the same job, the same start, the same launcher
     assert values[0]["HVDLITE_CYCLE_TIME"] == "3" and values[0]["HVDLITE_ELASTIC_RESTART"] == "0"
+    assert values[0]["MY_SETTING"] == "seven" and values[0]["OMP_NUM_THREADS"] == "1"
+
+
+def test_verbose_says_where_each_rank_runs_also_past_the_slots(tmp_path):
+    """5 ranks on -H h1:2,h2:1: hydra deals the two beyond the slots out in turn, Open MPI spreads them evenly; what
+    --verbose says is where each rank ran."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
+    with SimulatedHosts(3) as hosts:
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--verbose", "--launcher-exec",
+                                  clean_launcher(hosts, tmp_path), "-np", "5", "-H", "h1:2,h2:1", sys.executable,
+                                  str(tmp_path / "job.py"), str(tmp_path)],
+                           timeout=120, env=dict(os.environ, **QUIET_THREADS), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    ran = {}
+    for rank in range(5):
+        number, host, *_ = (tmp_path / f"rank{rank}").read_text().split()
+        ran.setdefault(host, []).append(int(number))
+    said = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("hvdliterun: h") and ": ranks " in line:
+            host, ranks = line[len("hvdliterun: "):].split(": ranks ")
+            said[host] = [int(r) for r in ranks.split(" (")[0].split(", ")]
+    assert said == ran, result.stdout[-3000:]
 
 
 def _command_line(pid):

@@ -1,5 +1,6 @@
 """hvdliterun / python -m hvdlite.run: parse, build the mpiexec command, run it, exit with its code."""
 import os
+import re
 import shlex
 import sys
 
@@ -12,8 +13,9 @@ from .job import JOB_MARKER, LAUNCHER_VARIABLE, new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 
-# Forwarded by name to Open MPI ranks on other hosts (hydra forwards the whole environment already).
-_FORWARDED_PREFIXES = ("HVDLITE_", "HOROVOD_", "PYTHONPATH", "LD_LIBRARY_PATH", "PATH")
+# Not passed to Open MPI ranks on other hosts: shell functions and the previous directory (as horovodrun leaves
+# them), and Open MPI's own variables, which it passes along itself.
+_NOT_FORWARDED = re.compile(r"BASH_FUNC_.*|OLDPWD|(OMPI|PRTE|PMIX)_.*")
 
 
 def _log(message):
@@ -39,10 +41,10 @@ def job_environment(args, environ):
     return env
 
 
-def describe_hosts(hosts, args, out):
+def describe_hosts(hosts, args, out, flavour):
     """One line per host: its ranks, and how its processes are started."""
     local = this_host_names()  # once: getfqdn may ask a name server
-    for name, ranks in rank_placement(hosts, args.num_proc).items():
+    for name, ranks in rank_placement(hosts, args.num_proc, spread_extra=flavour == OPENMPI).items():
         launcher = args.launcher_exec or "ssh"
         how = "this host" if is_this_host(name, local) else f"started through `{launcher} {name} ...`"
         print(f"hvdliterun: {name}: ranks {', '.join(map(str, ranks)) or 'none'} ({how})", file=out, flush=True)
@@ -58,9 +60,9 @@ def main(argv=None):
         return 2
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
     env = job_environment(args, os.environ)
-    # Open MPI passes ranks on other hosts only the variables named: the user's, and those the launcher sets on
-    # mpiexec (where commits are, which start this is, where the launcher listens).
-    forward = sorted({n for n in os.environ if n.startswith(_FORWARDED_PREFIXES)} | set(launcher_variables(args))) \
+    # Open MPI passes ranks on other hosts only the variables named (-x): the whole environment is, as hydra passes
+    # it, and those the launcher itself sets on mpiexec (where commits are, which start this is, where it listens).
+    forward = sorted({n for n in os.environ if not _NOT_FORWARDED.fullmatch(n)} | set(launcher_variables(args))) \
         if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
 
@@ -76,7 +78,7 @@ def main(argv=None):
         out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
         print(shlex.join(argv), file=out, flush=True)
         if hosts:
-            describe_hosts(hosts, args, out)
+            describe_hosts(hosts, args, out, flavour)
     if args.dry_run:
         return 0
     if hosts and args.host_check:

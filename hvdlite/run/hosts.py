@@ -73,14 +73,25 @@ def host_list_text(hosts):
     return ",".join(f"{h.name}:{h.slots}" if h.slots else h.name for h in hosts)
 
 
-def rank_placement(hosts, num_proc):
-    """{host name: [ranks]} as hydra and Open MPI place ranks: each host's slots filled in order, then around again
-    (a host without slots takes one rank per turn)."""
+def rank_placement(hosts, num_proc, spread_extra=False):
+    """{host name: [ranks]} as the MPI launcher places them: each host's slots filled in order (a host without a
+    count has one slot). Ranks beyond the slots go around again, a slot's worth per host per turn, as hydra places
+    them; with spread_extra, as Open MPI mapping by slot does: shared out evenly (the first hosts taking what does
+    not divide), each host's ranks numbered together."""
+    slots = [host.slots or 1 for host in hosts]
+    if spread_extra and num_proc > sum(slots):
+        extra, left = divmod(num_proc - sum(slots), len(hosts))
+        counts = [count + extra + (index < left) for index, count in enumerate(slots)]
+        placement, rank = {}, 0
+        for host, count in zip(hosts, counts):
+            placement[host.name] = list(range(rank, rank + count))
+            rank += count
+        return placement
     placement = {host.name: [] for host in hosts}
     rank = 0
     while rank < num_proc:
-        for host in hosts:
-            for _ in range(host.slots or 1):
+        for host, count in zip(hosts, slots):
+            for _ in range(count):
                 if rank == num_proc:
                     break
                 placement[host.name].append(rank)
