@@ -1,11 +1,11 @@
 """hvdliterun across hosts whose processes start as ssh starts them: a job launched from a third host onto two
-simulated hosts (harness/simulated_hosts.py; needs root) through a launcher program that runs the command in the
-host with a bare environment and relays its output. Every rank still gets the launcher's environment (the user's
-settings, variables of any name) and the variables the launcher itself sets (its address, the job's marker, the
-elastic job and restart number), lands where -H puts it, knows its host's ranks and all-reduces correctly; a rank
-killed or a host cut off ends the job within seconds; an elastic job restarts after a rank is killed and resumes
-from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra sends the environment
-along by itself, Open MPI only the variables it is told to (-x).
+simulated hosts (harness/simulated_hosts.py; needs root), whose launcher program runs the command in the host
+with a bare environment and relays its output, as ssh does. Every rank still gets the launcher's environment (the
+user's settings, variables of any name) and the variables the launcher itself sets (its address, the job's
+marker, the elastic job and restart number), lands where -H puts it, knows its host's ranks and all-reduces
+correctly; a rank killed or a host cut off ends the job within seconds; an elastic job restarts after a rank is
+killed and resumes from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra
+sends the environment along by itself, Open MPI only the variables it is told to (-x).
 """
 import os
 import subprocess
@@ -40,19 +40,6 @@ hvd.shutdown()
 """
 
 
-def clean_launcher(hosts, folder):
-    """A launcher program that behaves as ssh does: the command runs in the host with a bare environment, and its
-    output comes back through this process (the ssh client, which keeps the launcher's environment), so that
-    ending the client cuts the command off from the launcher's output as ending ssh would."""
-    path = folder / "ssh-like"
-    path.write_text(f"""#!/bin/bash
-set -o pipefail
-env -i PATH=/usr/bin:/bin HOME="$HOME" {hosts.launcher_exec} "$@" 2> >(cat >&2) | cat
-""")
-    path.chmod(0o755)
-    return str(path)
-
-
 def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_path):
     problem = available()
     if problem:
@@ -60,7 +47,7 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
     (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
     env = dict(os.environ, **QUIET_THREADS, MY_SETTING="seven")
     with SimulatedHosts(3) as hosts:
-        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec,
                                   "-np", "4", "-H", "h1:2,h2:2", "--max-restarts", "1", "--cycle-time-ms", "3",
                                   sys.executable, str(tmp_path / "job.py"), str(tmp_path)],
                            timeout=120, env=env, cwd=str(tmp_path))
@@ -86,7 +73,7 @@ def test_verbose_says_where_each_rank_runs_also_past_the_slots(tmp_path):
     (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
     with SimulatedHosts(3) as hosts:
         result = hosts.run("h3", [venv_tool("hvdliterun"), "--verbose", "--launcher-exec",
-                                  clean_launcher(hosts, tmp_path), "-np", "5", "-H", "h1:2,h2:1", sys.executable,
+                                  hosts.launcher_exec, "-np", "5", "-H", "h1:2,h2:1", sys.executable,
                                   str(tmp_path / "job.py"), str(tmp_path)],
                            timeout=120, env=dict(os.environ, **QUIET_THREADS), cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-6000:]
@@ -132,7 +119,7 @@ TCP_BETWEEN_HOSTS = {**NETWORK_LAYERS["ofi"], "OMPI_MCA_pml": "ob1", "OMPI_MCA_b
 
 @pytest.mark.parametrize("failure", ["a rank killed", "a host cut off"])
 def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
-    """Every rank started through the ssh-like launcher: a rank killed on h2, or h2 cut off from the network (its
+    """Every rank started through the launcher: a rank killed on h2, or h2 cut off from the network (its
     processes alive, its connections silent: the progress timeout, and a rank telling the launcher over TCP at
     the address the launcher set), ends the job on every host within seconds and leaves no rank behind."""
     problem = available()
@@ -143,7 +130,7 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
     # still reach a host cut off from the network (harness/simulated_hosts.py).
     env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS, HVDLITE_PROGRESS_TIMEOUT_SECONDS="5")
     with SimulatedHosts(3) as hosts:
-        process = hosts.popen("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
+        process = hosts.popen("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec,
                                      "-np", "4", "-H", "h1:2,h2:2", sys.executable, str(tmp_path / "loop.py"),
                                      str(tmp_path), "die" if failure == "a rank killed" else "loop"],
                               env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -214,7 +201,7 @@ with open(os.path.join(out, f"weights-{hvd.rank()}"), "w") as report:
 
 
 def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path):
-    """--max-restarts across the ssh-like launcher: the last rank (on h2) is killed after the commit of step 10; the
+    """--max-restarts across the launcher: the last rank (on h2) is killed after the commit of step 10; the
     job starts again, every rank resumes from the same newest commit (each host keeps its own), and the result is
     exact: what 30 steps of sums of every rank's (rank + 1) x step make, computed here."""
     problem = available()
@@ -224,7 +211,7 @@ def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path
     env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS,
                HVDLITE_ELASTIC_COMMIT_DIR=str(tmp_path / "commits" / "{host}"))  # the hosts share one file system
     with SimulatedHosts(3) as hosts:
-        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", clean_launcher(hosts, tmp_path),
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec,
                                   "-np", "4", "-H", "h1:2,h2:2", "--max-restarts", "1", sys.executable,
                                   str(tmp_path / "elastic.py"), str(tmp_path)],
                            timeout=180, env=env, cwd=str(tmp_path))

@@ -9,7 +9,8 @@ NIC. Ranks on different hosts talk only over TCP through the bridge; ranks on on
 real node (MPI learns which ranks share a host from its launcher: one proxy per host).
 
 MPI reaches a host through a launcher program, as it would through ssh: ``launcher_exec`` is a script taking ssh's
-arguments (``[-x] host command...``) that runs the command in that host. Needs root (CI runs as root).
+arguments (``[-x] host command...``) that runs the command in that host with a bare environment, as ssh does, and
+relays its output. Needs root (CI runs as root).
 
     with SimulatedHosts(2, rate_mbit=1000) as hosts:
         hosts.run("h1", ["hvdliterun", "-np", "4", "-H", "h1:2,h2:2", "--launcher-exec", hosts.launcher_exec, ...])
@@ -29,6 +30,13 @@ import time
 PREFIX = "hvdl"        # namespace names: hvdl<owner pid>-h1 ..., hvdl<owner pid>-sw (at most 15 characters)
 SUBNET = "10.231.7"    # a private /24 that exists only inside these namespaces
 NETNS_ETC = "/etc/netns"
+# The launcher program: as ssh, it runs the command in the host with a bare environment (what MPI does not pass
+# along itself is then missing, as on a cluster), and relays its output as the ssh client does, keeping the
+# launcher's environment itself (ending it cuts the command off from the launcher's output).
+_SSH_LIKE = """#!/bin/bash
+set -o pipefail
+env -i PATH=/usr/bin:/bin HOME="$HOME" {entry} "$@" 2> >(cat >&2) | cat
+"""
 
 
 def _ip(*args, check=True):
@@ -133,10 +141,14 @@ class SimulatedHosts:
                 self._shape(ns, "eth0")
                 self._shape(switch, port)
         self._folder = tempfile.mkdtemp(prefix="hvdlite-hosts-")
+        entry = os.path.join(self._folder, "host-enter")
+        with open(entry, "w") as stream:
+            stream.write(self._entry_script())
         self.launcher_exec = os.path.join(self._folder, "host-exec")
         with open(self.launcher_exec, "w") as stream:
-            stream.write(self._launcher_script())
-        os.chmod(self.launcher_exec, 0o755)
+            stream.write(_SSH_LIKE.format(entry=entry))
+        for path in (entry, self.launcher_exec):
+            os.chmod(path, 0o755)
         self._wait_reachable()
 
     def _shape(self, namespace, device):
@@ -146,7 +158,7 @@ class SimulatedHosts:
                         f"{self.rate_mbit}mbit", "burst", f"{burst_kbit}kbit", "latency", "100ms"],
                        check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def _launcher_script(self):
+    def _entry_script(self):
         # ssh's calling convention: options, the host, then the command words, joined and run by a shell there.
         return f"""#!/bin/sh
 # Runs a command in one of the simulated hosts, as `ssh HOST COMMAND...` would.
