@@ -9,22 +9,19 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from harness.elastic_folders import commit_folders_here
 from harness.processes import run, venv_tool
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers")
+GIVEN_UP = os.path.join(WORKERS, "given_up.py")
 TF_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 
 
-def commit_folders():
-    """The elastic commit folders on this host's disk and in its memory."""
-    return {os.path.join(root, name) for root in (tempfile.gettempdir(), "/dev/shm") if os.path.isdir(root)
-            for name in os.listdir(root) if name.startswith("hvdlite-elastic-")}
 
 
 def hvdliterun(*args, timeout=300, env=None):
@@ -51,7 +48,7 @@ def uninterrupted_torch(tmp_path_factory):
 @pytest.mark.parametrize("commit_every,resumed_at", [(1, 10), (4, 8)])
 def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, uninterrupted_torch, commit_every,
                                                                   resumed_at):
-    before = commit_folders()
+    before = commit_folders_here()
     code, output, weights, resumed = train(tmp_path, "torch_train.py", "killed", ["-np", 2, "--max-restarts", 1],
                                            ["--kill-at", 10, "--commit-every", commit_every])
     assert code == 0, output[-4000:]
@@ -59,7 +56,7 @@ def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, unin
     # restart number, rank, size, epoch, step: the second start resumed from the last commit on both ranks.
     assert sorted(resumed) == [(0, 0, 2, 0, 0), (0, 1, 2, 0, 0), (1, 0, 2, 0, resumed_at), (1, 1, 2, 0, resumed_at)]
     assert weights == uninterrupted_torch, "final parameters differ from the uninterrupted run's"
-    assert commit_folders() == before, "the finished job left its commits behind"
+    assert commit_folders_here() == before, "the finished job left its commits behind"
 
 
 @pytest.mark.parametrize("loop", ["model.fit", "custom loop"])
@@ -342,45 +339,28 @@ print("NEWEST", commits.agree_and_load()[0])
     assert kind != "torch" or "SAME True" in output, output
 
 
-GIVEN_UP = """
-import sys, hvdlite
-from hvdlite.elastic import ObjectState, run
-hvdlite.init()
-
-@run
-def train(state):
-    state.step += 1
-    print(f"STEP {hvdlite.rank()} {state.step}", flush=True)
-    state.commit()
-    if sys.argv[1] == "fail":
-        sys.exit(3)
-
-train(ObjectState(step=0))
-"""
-
-
 def test_a_job_given_up_leaves_no_commits_unless_their_folder_is_the_users(tmp_path):
     """When the launcher gives a job up, the job's own commit folders go, on disk and in memory; commits in a folder
     the user chose stay, and a new start of the job with that folder resumes from the last of them."""
-    before = commit_folders()
-    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, "-c", GIVEN_UP, "fail", timeout=120)
+    before = commit_folders_here()
+    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, GIVEN_UP, "fail", timeout=120)
     assert code == 3, output[-3000:]
     assert "hvdliterun: the job failed with exit code 3; no restart left (--max-restarts 1)" in output
     assert "hvdliterun: removed the job's commits on this host" in output, output[-3000:]
-    assert commit_folders() == before, "the job given up left its commits behind"
+    assert commit_folders_here() == before, "the job given up left its commits behind"
     kept = tmp_path / "commits"
     env = {"HVDLITE_ELASTIC_COMMIT_DIR": str(kept)}
-    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, "-c", GIVEN_UP, "fail", timeout=120,
+    code, output = hvdliterun("-np", 2, "--max-restarts", 1, sys.executable, GIVEN_UP, "fail", timeout=120,
                               env=env)
     assert code == 3, output[-3000:]
     assert (f"hvdliterun: the job's commits stay in {kept} on each host: start the job again with the same "
             "HVDLITE_ELASTIC_COMMIT_DIR to resume from the last one") in output, output[-3000:]
     assert sorted(p.name for p in kept.iterdir()) == ["commit-000000000001.pkl", "commit-000000000002.pkl"]
-    code, output = hvdliterun("-np", 2, sys.executable, "-c", GIVEN_UP, "succeed", timeout=120, env=env)
+    code, output = hvdliterun("-np", 2, sys.executable, GIVEN_UP, "succeed", timeout=120, env=env)
     assert code == 0, output[-3000:]
     # Both ranks resumed from the second commit (the ranks' lines may interleave in the output).
     assert sorted(re.findall(r"STEP (\d) (\d+)", output)) == [("0", "3"), ("1", "3")], output[-3000:]
-    assert not kept.exists() and commit_folders() == before, "the finished job left its commits behind"
+    assert not kept.exists() and commit_folders_here() == before, "the finished job left its commits behind"
 
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):

@@ -6,16 +6,17 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
+from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import SimulatedHosts, available
 from hvdlite.run import commit_folders
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers", "torch_train.py")
+GIVEN_UP = os.path.join(os.path.dirname(WORKER), "given_up.py")
 
 
 def wait_for_steps(path, count, process, timeout=120):
@@ -129,21 +130,6 @@ def test_a_host_dropped_then_added_back_shrinks_and_grows_the_job(tmp_path):
         assert len(ids) - 1792 <= 1, f"epoch {epoch} repeated {len(ids) - 1792} samples"
 
 
-GIVEN_UP = """
-import sys, hvdlite
-from hvdlite.elastic import ObjectState, run
-hvdlite.init()
-
-@run
-def train(state):
-    state.step += 1
-    state.commit()
-    sys.exit(3)
-
-train(ObjectState(step=0))
-"""
-
-
 def test_a_job_given_up_has_its_commits_removed_on_every_host(tmp_path):
     """A job that fails at every start, launched from h3 onto h1 and h2, given up at --reset-limit: the launcher
     removes the job's commits on both hosts (through mpiexec, as it started the job), on disk and in memory."""
@@ -151,17 +137,15 @@ def test_a_job_given_up_has_its_commits_removed_on_every_host(tmp_path):
     if problem:
         pytest.fail(f"the elastic multi-host test needs simulated hosts: {problem}")
     (tmp_path / "hosts").write_text("h1:1\nh2:1\n")
-    folders = [os.path.join(root, name) for root in (tempfile.gettempdir(), "/dev/shm") for name in os.listdir(root)
-               if name.startswith("hvdlite-elastic-")]
+    before = commit_folders_here()
     env = dict(os.environ, **QUIET_THREADS, HVDLITE_PROGRESS_TIMEOUT_SECONDS="5")
     with SimulatedHosts(3) as hosts:
         done = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "--min-np", "2",
                                 "--host-discovery-script", f"cat {tmp_path / 'hosts'}", "--reset-limit", "1",
-                                sys.executable, "-c", GIVEN_UP], timeout=150, env=env, cwd=str(tmp_path))
+                                sys.executable, GIVEN_UP, "fail"], timeout=150, env=env, cwd=str(tmp_path))
     output = done.stdout
     assert done.returncode == 3, output[-6000:]
     assert "hvdliterun: the job ended with exit code 3 after 1 restarts, the --reset-limit" in output, output[-4000:]
     assert "hvdliterun: removed the job's commits on 2 hosts" in output, output[-4000:]
     # The simulated hosts share this machine's file systems (and the job's default folders): the job's are gone.
-    assert sorted(os.path.join(root, name) for root in (tempfile.gettempdir(), "/dev/shm") for name in os.listdir(root)
-                  if name.startswith("hvdlite-elastic-")) == sorted(folders), "the job given up left its commits"
+    assert commit_folders_here() == before, "the job given up left its commits"
