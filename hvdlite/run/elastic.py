@@ -102,7 +102,7 @@ class Supervisor:
         self.elastic = bool(args.host_discovery_script)
         self.blacklist = Blacklist(args.blacklist_cooldown_range)
         self.job = new_job_id()  # the same for every start: where the ranks find their commits
-        self.ran_on = None  # host name -> Host, of every start so far ({} for this host only); None before the first
+        self.ran_on = None  # names of the hosts of every start so far ([]: this host only); None before the first
 
     def run(self):
         """Runs the job to its end; returns the exit code. A job given up after it started leaves no commits
@@ -121,7 +121,7 @@ class Supervisor:
                 if placement is None:
                     return 1
                 hosts, num_proc = placement
-                self.ran_on = {**(self.ran_on or {}), **{h.name: h for h in hosts or []}}
+                self.ran_on = list(dict.fromkeys([*(self.ran_on or []), *(h.name for h in hosts or [])]))
                 env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: str(starts)})
                 stop_polling = threading.Event()
                 if news:
