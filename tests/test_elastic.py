@@ -7,15 +7,18 @@ damaged commit files (single-rank, in process).
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
 from harness.elastic_folders import commit_folders_here
-from harness.processes import run, venv_tool
+from harness.processes import QUIET_THREADS, run, venv_tool
+from hvdlite.run.job import processes_with_environment
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers")
 GIVEN_UP = os.path.join(WORKERS, "given_up.py")
@@ -363,6 +366,44 @@ def test_a_job_given_up_leaves_no_commits_unless_their_folder_is_the_users(tmp_p
     assert not kept.exists() and commit_folders_here() == before, "the finished job left its commits behind"
 
 
+def test_a_job_without_restarts_leaves_no_commits_and_one_that_never_committed_costs_no_removal(tmp_path):
+    """hvd.elastic in a job launched without --max-restarts: it fails after committing, and the launcher removes its
+    commits, which no later start could find. A failing job that never committed is not followed by a removal."""
+    before = commit_folders_here()
+    code, output = hvdliterun("-np", 2, sys.executable, GIVEN_UP, "fail", timeout=120)
+    assert code == 3, output[-3000:]
+    assert "hvdliterun: removed the job's commits on this host" in output, output[-3000:]
+    assert commit_folders_here() == before, "the failed job left its commits behind"
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nimport hvdlite\nhvdlite.init()\nsys.exit(3)\n")
+    code, output = hvdliterun("-np", 2, sys.executable, failing, timeout=120)
+    assert code == 3 and "commits" not in output, output[-3000:]
+
+
+@pytest.mark.parametrize("restarts", [["--max-restarts", "3"], []], ids=["max-restarts", "plain"])
+def test_a_launcher_told_to_stop_starts_nothing_again_and_removes_the_commits(restarts):
+    """SIGTERM to hvdliterun (a scheduler cancelling the job, Ctrl-C alike) while an elastic job runs: the job ends
+    and is not started again, whatever restarts are left; its commits are removed and no process is left."""
+    before = commit_folders_here()
+    token = uuid.uuid4().hex
+    launcher = subprocess.Popen([venv_tool("hvdliterun"), "-np", "2", *restarts, sys.executable, GIVEN_UP, "wait"],
+                                env=dict(os.environ, **QUIET_THREADS, HVDLITE_TEST_TOKEN=token),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = ""
+    while seen.count("STEP") < 2:
+        line = launcher.stdout.readline()
+        assert line, f"the job ended before both ranks committed: {seen[-3000:]}"
+        seen += line
+    launcher.send_signal(signal.SIGTERM)
+    output = seen + launcher.communicate(timeout=90)[0]
+    assert launcher.returncode not in (0, None), output[-3000:]
+    assert "restart 1" not in output and output.count("STEP") == 2, output[-3000:]
+    assert not restarts or "after the launcher was told to stop; not starting it again" in output, output[-3000:]
+    assert "hvdliterun: removed the job's commits on this host" in output, output[-3000:]
+    assert commit_folders_here() == before, "the stopped job left its commits behind"
+    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):
     """The launcher's pure parts: the discovery script's lines and a blacklisted host's return."""
     from hvdlite.run import elastic
@@ -392,7 +433,8 @@ def test_fast_checks_for_host_changes_make_few_allreduces_and_stop_every_rank_at
     import hvdlite as hvd
     from hvdlite import ops
     from hvdlite.elastic import host_updates
-    from hvdlite.run.elastic import NOTIFY_VARIABLE, HostNews
+    from hvdlite.run.elastic import HostNews
+    from hvdlite.run.elastic_variables import NOTIFY_VARIABLE
     hvd.init()
     news = HostNews() if hvd.rank() == 0 else None
     monkeypatch.setenv(NOTIFY_VARIABLE, ops.broadcast_object(news.address if news else None, root_rank=0))

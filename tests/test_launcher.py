@@ -368,7 +368,7 @@ def test_a_job_past_its_time_limit_is_ended_and_leaves_no_process():
     from hvdlite.run.job import processes_of_job, run_job
     job = uuid.uuid4().hex
     started = time.monotonic()
-    code = run_job([os.path.join(os.path.dirname(PYTHON), "mpiexec"), "-n", "2", "sleep", "60"], dict(os.environ),
-                   job, timeout=2)
-    assert code == 124 and time.monotonic() - started < 15, code
+    outcome = run_job([os.path.join(os.path.dirname(PYTHON), "mpiexec"), "-n", "2", "sleep", "60"],
+                      dict(os.environ), job, timeout=2)
+    assert outcome.code == 124 and not outcome.interrupted and time.monotonic() - started < 15, outcome
     assert processes_of_job(job) == []

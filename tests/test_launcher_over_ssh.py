@@ -4,7 +4,8 @@ with a bare environment and relays its output, as ssh does. Every rank still get
 user's settings, variables of any name) and the variables the launcher itself sets (its address, the job's
 marker, the elastic job and restart number), lands where -H puts it, knows its host's ranks and all-reduces
 correctly; a rank killed or a host cut off ends the job within seconds; an elastic job restarts after a rank is
-killed and resumes from the newest commit. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra
+killed and resumes from the newest commit, and one that fails without restarts has its commits removed on both
+hosts. Run with MPICH here and with Open MPI by `make test-openmpi`: hydra
 sends the environment along by itself, Open MPI only the variables it is told to (-x).
 """
 import os
@@ -15,9 +16,11 @@ import time
 
 import pytest
 
+from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 
+GIVEN_UP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers", "given_up.py")
 VARIABLES = ("HVDLITE_CYCLE_TIME", "OMP_NUM_THREADS", "MY_SETTING", "HVDLITE_LAUNCHER", "HVDLITE_JOB_ID",
              "HVDLITE_ELASTIC_JOB", "HVDLITE_ELASTIC_RESTART")
 
@@ -227,3 +230,22 @@ def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path
         weights = [float(w) for w in (tmp_path / f"weights-{rank}").read_text().split()]
         assert weights == [expected] * 8, (rank, weights)
     assert not any((tmp_path / "commits").glob("*/commit-*")), "the finished job left its commits"
+
+
+def test_a_failed_elastic_job_without_restarts_has_its_commits_removed_on_both_hosts(tmp_path):
+    """hvd.elastic in a job launched without --max-restarts, failing after a commit on each host: the ranks on h1
+    and h2 tell the launcher on h3 that they hold commits, and it removes them there (no later start could find
+    them), on disk and in memory."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    before = commit_folders_here()
+    with SimulatedHosts(3) as hosts:
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec,
+                                  "-np", "2", "-H", "h1:1,h2:1", sys.executable, GIVEN_UP, "fail"],
+                           timeout=120, env=dict(os.environ, **QUIET_THREADS), cwd=str(tmp_path))
+    output = result.stdout
+    assert result.returncode == 3, output[-6000:]
+    assert output.count("STEP") == 2 and "hvdliterun: removed the job's commits on 2 hosts" in output, output[-4000:]
+    # The simulated hosts share this machine's file systems (and the job's default folders): the job's are gone.
+    assert commit_folders_here() == before, "the failed job left its commits"

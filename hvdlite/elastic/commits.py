@@ -15,6 +15,7 @@ The first rank of each host keeps the job's commits in two places:
 Where /dev/shm is missing or full, commits go to disk in line instead. A restart takes the newest intact commit
 that any host holds, in memory or on disk: losing a host, rank 0's included, loses nothing committed.
 """
+import atexit
 import functools
 import glob
 import hashlib
@@ -28,7 +29,7 @@ import numpy as np
 from hvdlite import basics, ops
 from hvdlite.errors import HorovodInternalError
 from hvdlite.process_sets import global_process_set
-from hvdlite.run import commit_folders
+from hvdlite.run import commit_folders, job
 from hvdlite.run.commit_folders import directory, memory_directory
 
 from . import memory_slots
@@ -61,6 +62,9 @@ class _DiskWriter:
         self._flushing = 0  # threads waiting in wait(): the pause between writes is skipped
         self._error = None
         threading.Thread(target=self._run, name="hvdlite-commit-disk", daemon=True).start()
+        # A process that ends normally puts its last commit on disk first (the thread is a daemon: it would end
+        # mid-write). One that fails (hvd.elastic.run's exit) does not wait: its commits are in memory.
+        atexit.register(self._wait_at_exit)
 
     def submit(self, sequence, path):
         with self._condition:
@@ -77,6 +81,13 @@ class _DiskWriter:
             error, self._error = self._error, None
         if error is not None:
             raise error
+
+    def _wait_at_exit(self):
+        try:
+            self.wait()
+        except OSError as error:
+            print(f"[hvdlite rank {basics.rank()}] elastic: the last commit did not reach the disk: {error}",
+                  file=sys.stderr, flush=True)
 
     def _run(self):
         while True:
@@ -101,6 +112,7 @@ class _DiskWriter:
 
 
 _writer = None
+_launcher_told = False  # that this host holds commits of the job (once per process: the first commit)
 
 
 class _HostMemory:
@@ -166,7 +178,11 @@ def write(sequence, payload):
     """Stores commit ``sequence`` (a picklable object; its arrays may be the live state's, which is copied before
     this returns) in this host's memory, in line, and has the background thread copy it to disk. Returns True when
     it is in memory (read_memory gives it back), False when it went to disk in line instead."""
-    global _writer
+    global _writer, _launcher_told
+    if not _launcher_told:
+        # Before anything is written: a launcher that will not start the job again removes what it leaves.
+        job.tell_launcher(job.COMMITTED)
+        _launcher_told = True
     data, views = pickled(payload)
     memory = host_memory()
     slot = memory.slot(sequence)  # the one whose arrays memory_arrays handed out for this commit, if it was asked

@@ -7,9 +7,11 @@ import sys
 from . import binding
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
-from .elastic import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE, Supervisor
+from .commit_removal import remove_commits
+from .elastic import Supervisor
+from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import rank_placement
-from .job import JOB_MARKER, LAUNCHER_VARIABLE, new_job_id, run_job
+from .job import COMMITTED, JOB_MARKER, LAUNCHER_VARIABLE, new_job_id, run_job
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 
@@ -24,9 +26,9 @@ def _log(message):
 
 def launcher_variables(args):
     """The variables the launcher itself sets on mpiexec for the ranks (run_job, and Supervisor for restarts)."""
-    names = [JOB_MARKER, LAUNCHER_VARIABLE]
+    names = [JOB_MARKER, LAUNCHER_VARIABLE, JOB_VARIABLE]
     if args.max_restarts or args.host_discovery_script:
-        names += [JOB_VARIABLE, RESTART_VARIABLE]
+        names.append(RESTART_VARIABLE)
     if args.host_discovery_script:
         names.append(NOTIFY_VARIABLE)
     return names
@@ -92,7 +94,19 @@ def main(argv=None):
         # The job on its hosts each time; another program (the removal of its commits) on the hosts given.
         return Supervisor(args, lambda placed_hosts, num_proc, what=program: argv if what is program else
                           command_for(placed_hosts, num_proc, what=what), dict(os.environ, **env), _log).run()
-    return run_job(argv, dict(os.environ, **env), new_job_id(), log=_log if args.verbose else None)
+    return run_once(args, argv, dict(os.environ, **env), command_for)
+
+
+def run_once(args, argv, env, command_for):
+    """Runs a job that is not to restart; when it fails after a rank committed (hvd.elastic in a job without
+    --max-restarts), removes its commits, which no later start could find."""
+    job = new_job_id()
+    env = dict(env, **{JOB_VARIABLE: job})  # where its commits go, if it makes any
+    outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None)
+    if outcome.code != 0 and COMMITTED in outcome.reports:
+        hosts = args.hosts or (args.hostfile.hosts if args.hostfile else [])
+        remove_commits(job, [host.name for host in hosts], env, command_for, args.launcher_exec, _log)
+    return outcome.code
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import tempfile
 
 from hvdlite import config
 
-from .elastic import JOB_VARIABLE
+from .elastic_variables import JOB_VARIABLE
 
 MEMORY_ROOT = "/dev/shm"
 

@@ -14,22 +14,16 @@ failure; likewise when the script stops listing a host the job runs on. The rank
 import random
 import socket
 import subprocess
-import sys
 import threading
 import time
 
+from .commit_removal import remove_commits
+from .elastic_variables import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
-from .job import new_job_id, run_job
+from .job import COMMITTED, new_job_id, run_job
 from .reachability import host_problems
 
-# What the launcher and the ranks (hvdlite.elastic) agree on. Defined here, where the ranks can import it without
-# the launcher ever loading the native core.
-JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"          # the same on every start of one job: where the ranks find commits
-RESTART_VARIABLE = "HVDLITE_ELASTIC_RESTART"  # which start of the job this is (0 for the first)
-NOTIFY_VARIABLE = "HVDLITE_ELASTIC_NOTIFY"    # host:port answering "have the hosts changed?" (HostNews)
-EXIT_HOSTS_UPDATED = 75  # EX_TEMPFAIL, "try again": the ranks stopped at a commit because the hosts changed
 DISCOVERY_INTERVAL_SECONDS = 1.0
-REMOVAL_SECONDS = 60.0  # the most the removal of a given-up job's commits may take, on all its hosts at once
 
 
 def discover(script, slots_per_host, timeout=30.0):
@@ -102,14 +96,16 @@ class Supervisor:
         self.elastic = bool(args.host_discovery_script)
         self.blacklist = Blacklist(args.blacklist_cooldown_range)
         self.job = new_job_id()  # the same for every start: where the ranks find their commits
-        self.ran_on = None  # names of the hosts of every start so far ([]: this host only); None before the first
+        self.ran_on = []  # names of the hosts of every start so far (none: this host only)
+        self.reports = set()  # what the ranks of every start so far reported (job.REPORTS)
 
     def run(self):
-        """Runs the job to its end; returns the exit code. A job given up after it started leaves no commits
+        """Runs the job to its end; returns the exit code. A job given up after it committed leaves no commits
         behind, unless they are where the user keeps them (a new start with the same folder resumes from them)."""
         code = self._run_starts()
-        if code != 0 and self.ran_on is not None:
-            self._after_giving_up()
+        if code != 0 and COMMITTED in self.reports:
+            remove_commits(self.job, [name for name in self.ran_on if not self.blacklist.excludes(name)], self.env,
+                           self.build_argv, self.args.launcher_exec, self.log)
         return code
 
     def _run_starts(self):
@@ -121,7 +117,7 @@ class Supervisor:
                 if placement is None:
                     return 1
                 hosts, num_proc = placement
-                self.ran_on = list(dict.fromkeys([*(self.ran_on or []), *(h.name for h in hosts or [])]))
+                self.ran_on = list(dict.fromkeys([*self.ran_on, *(h.name for h in hosts or [])]))
                 env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: str(starts)})
                 stop_polling = threading.Event()
                 if news:
@@ -129,11 +125,17 @@ class Supervisor:
                     env[NOTIFY_VARIABLE] = news.address
                     threading.Thread(target=self._poll, args=(hosts, num_proc, news, stop_polling),
                                      daemon=True).start()
-                code = run_job(self.build_argv(hosts, num_proc), env, new_job_id(), log=self.log)
+                outcome = run_job(self.build_argv(hosts, num_proc), env, new_job_id(), log=self.log)
                 stop_polling.set()
+                self.reports |= outcome.reports
+                code = outcome.code
                 starts += 1
                 if code == 0:
                     return 0
+                if outcome.interrupted:
+                    self.log(f"the job ended with exit code {code} after the launcher was told to stop; "
+                             "not starting it again")
+                    return code
                 if self.args.reset_limit is not None and starts > self.args.reset_limit:
                     self.log(f"the job ended with exit code {code} after {starts - 1} restarts, the --reset-limit")
                     return code
@@ -153,28 +155,6 @@ class Supervisor:
         finally:
             if news:
                 news.close()
-
-    def _after_giving_up(self):
-        from . import commit_folders  # here: it reads this module's variables
-        kept = commit_folders.configured(self.env)
-        if kept:
-            self.log(f"the job's commits stay in {kept} on each host: start the job again with the same "
-                     f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
-            return
-        # Where the job ran, but on hosts that are gone: mpiexec would wait for them.
-        names = [name for name in self.ran_on if not self.blacklist.excludes(name)]
-        lost = host_problems(names, self.args.launcher_exec)
-        hosts = [Host(name, 1) for name in names if name not in lost]
-        if self.ran_on and not hosts:
-            return
-        argv = self.build_argv(hosts or None, len(hosts) or 1, what=[sys.executable, "-m", commit_folders.__name__])
-        # The removal reads the job's id only; the others are set as on a start of the job (Open MPI is told to
-        # pass them along, and warns about any it does not find).
-        env = dict(self.env, **{JOB_VARIABLE: self.job, RESTART_VARIABLE: "", NOTIFY_VARIABLE: ""})
-        code = run_job(argv, env, new_job_id(), log=self.log, timeout=REMOVAL_SECONDS)
-        where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" if hosts else "this host"
-        self.log(f"removed the job's commits on {where}" if code == 0 else
-                 f"could not remove the job's commits on {where} (exit code {code}, output above)")
 
     def _placement(self):
         """(hosts, num_proc) for the next start; None (logged) when too few slots appear in time."""

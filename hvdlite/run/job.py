@@ -1,4 +1,5 @@
-"""Runs the mpiexec command: forwards SIGINT/SIGTERM to it, passes its exit code on, and leaves no process behind.
+"""Runs the mpiexec command: forwards SIGINT/SIGTERM to it, passes its exit code on, and leaves no process behind;
+hears what the ranks report to the launcher.
 
 hydra starts its proxies and the ranks each in a session of their own, so killing mpiexec's process group does
 not reach them. Every process of the job instead carries JOB_MARKER=<id> in its environment (set on mpiexec,
@@ -13,15 +14,26 @@ import sys
 import threading
 import time
 import uuid
+from typing import NamedTuple
 
 JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
 OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
-# host:pid:start time:port of this launcher. A rank whose peer vanished without closing its connections
-# (progress_watchdog.h) tells it before it exits, by SIGUSR1 on this host and by a line to the port from any other:
-# mpiexec itself would wait forever for the unreachable host's proxy.
+# host:pid:start time:port of this launcher, where the ranks report, a line each (REPORTS), over TCP. A rank whose
+# peer vanished without closing its connections (progress_watchdog.h) tells it before it exits, by SIGUSR1 on this
+# host and by a line to the port from any other: mpiexec itself would wait forever for the unreachable host's proxy.
 LAUNCHER_VARIABLE = "HVDLITE_LAUNCHER"
 UNREACHABLE_SIGNAL = signal.SIGUSR1
+PEER_UNREACHABLE = "peer unreachable"
+COMMITTED = "committed"  # a rank wrote its host's first elastic commit: the job leaves commits if it fails
+REPORTS = (PEER_UNREACHABLE, COMMITTED)
+
+
+class Outcome(NamedTuple):
+    """How a job run by run_job ended."""
+    code: int  # the exit code to exit with
+    interrupted: bool  # the launcher was told to stop (SIGINT, SIGTERM, SIGHUP): nothing may start again
+    reports: frozenset  # what the ranks reported (REPORTS)
 
 
 def launcher_identity(port):
@@ -32,9 +44,26 @@ def launcher_identity(port):
     return f"{socket.gethostname()}:{os.getpid()}:{start_time}:{port}"
 
 
-def listen_for_ranks(on_message):
-    """A TCP port on which ranks of other hosts report an unreachable peer; calls on_message() for each report.
-    Returns (port, close)."""
+def tell_launcher(report, environ=os.environ, timeout=2.0):
+    """Sends one of REPORTS to the launcher that started this rank, if one did; False when it could not be told."""
+    host, _, port = environ.get(LAUNCHER_VARIABLE, "").rpartition(":")
+    host = host.split(":")[0]
+    if not host or not port.isdigit():
+        return False
+    # The launcher listens on every address of its host: from that host, on the loopback one (its name may not
+    # resolve there).
+    address = "127.0.0.1" if host == socket.gethostname() else host
+    try:
+        with socket.create_connection((address, int(port)), timeout=timeout) as connection:
+            connection.sendall(f"{report}\n".encode())
+        return True
+    except OSError:
+        return False
+
+
+def listen_for_ranks(on_report):
+    """A TCP port on which ranks report (REPORTS, a line each); calls on_report(report) for each. Returns (port,
+    close)."""
     server = socket.create_server(("", 0))
 
     def serve():
@@ -49,8 +78,9 @@ def listen_for_ranks(on_message):
                     said = connection.recv(64)
                 except OSError:
                     continue
-            if said.startswith(b"peer unreachable"):
-                on_message()
+            report = said.split(b"\n")[0].decode(errors="replace")
+            if report in REPORTS:
+                on_report(report)
     threading.Thread(target=serve, daemon=True).start()
     return server.getsockname()[1], server.close
 
@@ -111,10 +141,16 @@ def _end_with_parent():
 
 
 def run_job(argv, env, job_id, log=None, timeout=None):
-    """Runs argv with env (JOB_MARKER added) to the end, or ends it after timeout seconds (exit code 124), and
-    returns the exit code to exit with."""
+    """Runs argv with env (JOB_MARKER added) to the end, or ends it after timeout seconds (exit code 124); returns its
+    Outcome."""
     received = []
-    port, stop_listening = listen_for_ranks(lambda: peer_unreachable(None, None))
+    reports = set()
+
+    def on_report(report):
+        reports.add(report)
+        if report == PEER_UNREACHABLE:
+            peer_unreachable(None, None)
+    port, stop_listening = listen_for_ranks(on_report)
     env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity(port)})
     # Own session: a Ctrl-C in the terminal reaches only us, and we forward it exactly once.
     process = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_end_with_parent)
@@ -170,10 +206,13 @@ def run_job(argv, env, job_id, log=None, timeout=None):
     while processes_of_job(job_id) and time.monotonic() < deadline:
         time.sleep(0.1)
     kill_job_leftovers(job_id, log)
+    stopped = [signum for signum in received if signum != UNREACHABLE_SIGNAL]
     if UNREACHABLE_SIGNAL in received:
-        return 1
-    if timed_out:
-        return 124  # as timeout(1)
-    if received and returncode == 0:
-        return 128 + received[0]
-    return exit_code(returncode)
+        code = 1
+    elif timed_out:
+        code = 124  # as timeout(1)
+    elif stopped and returncode == 0:
+        code = 128 + stopped[0]
+    else:
+        code = exit_code(returncode)
+    return Outcome(code, bool(stopped), frozenset(reports))
