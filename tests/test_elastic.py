@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import defaultdict
 
@@ -402,6 +403,25 @@ def test_a_launcher_told_to_stop_starts_nothing_again_and_removes_the_commits(re
     assert "hvdliterun: removed the job's commits on this host" in output, output[-3000:]
     assert commit_folders_here() == before, "the stopped job left its commits behind"
     assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+def test_a_launcher_told_to_stop_while_it_waits_for_slots_ends_at_once(tmp_path):
+    """SIGINT to hvdliterun while it waits (--elastic-timeout 600) for slots its discovery script does not list:
+    it ends within seconds, says so, and exits as a process ended by that signal would."""
+    discovery = tmp_path / "hosts"
+    discovery.write_text("localhost:1\n")
+    launcher = subprocess.Popen([venv_tool("hvdliterun"), "--min-np", "2", "--host-discovery-script",
+                                 f"cat {discovery}", "--elastic-timeout", "600", sys.executable, "-c", "pass"],
+                                env=dict(os.environ, **QUIET_THREADS), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    time.sleep(3)  # past the first look at the hosts
+    assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+    stopped = time.monotonic()
+    launcher.send_signal(signal.SIGINT)
+    output = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 128 + signal.SIGINT and time.monotonic() - stopped < 10, output[-3000:]
+    assert "hvdliterun: told to stop (SIGINT) before the next start; not starting the job again" in output, output
+    assert "Traceback" not in output, output
 
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ failure; likewise when the script stops listing a host the job runs on. The rank
 (hvdlite.elastic). One line on stderr says why for each start.
 """
 import random
+import signal
 import socket
 import subprocess
 import threading
@@ -20,7 +21,7 @@ import time
 from .commit_removal import remove_commits
 from .elastic_variables import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
-from .job import COMMITTED, new_job_id, run_job
+from .job import COMMITTED, STOP_SIGNALS, new_job_id, run_job
 from .reachability import host_problems
 
 DISCOVERY_INTERVAL_SECONDS = 1.0
@@ -98,15 +99,28 @@ class Supervisor:
         self.job = new_job_id()  # the same for every start: where the ranks find their commits
         self.ran_on = []  # names of the hosts of every start so far (none: this host only)
         self.reports = set()  # what the ranks of every start so far reported (job.REPORTS)
+        self.stop_signal = None  # the signal that told the launcher to stop between starts (see run)
+        self._stopping = threading.Event()
 
     def run(self):
         """Runs the job to its end; returns the exit code. A job given up after it committed leaves no commits
         behind, unless they are where the user keeps them (a new start with the same folder resumes from them)."""
-        code = self._run_starts()
+        # A signal while a start runs reaches run_job's handlers (forwarded to the job, which then ends for good);
+        # one between starts (waiting for slots, asking the discovery script) reaches these.
+        previous = {sig: signal.signal(sig, self._told_to_stop) for sig in STOP_SIGNALS}
+        try:
+            code = self._run_starts()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         if code != 0 and COMMITTED in self.reports:
             remove_commits(self.job, [name for name in self.ran_on if not self.blacklist.excludes(name)], self.env,
                            self.build_argv, self.args.launcher_exec, self.log)
         return code
+
+    def _told_to_stop(self, signum, _frame):
+        self.stop_signal = signum
+        self._stopping.set()
 
     def _run_starts(self):
         failures = starts = 0
@@ -114,6 +128,10 @@ class Supervisor:
         try:
             while True:
                 placement = self._placement()
+                if self._stopping.is_set():
+                    self.log(f"told to stop ({signal.Signals(self.stop_signal).name}) before the next start; not "
+                             "starting the job again")
+                    return 128 + self.stop_signal
                 if placement is None:
                     return 1
                 hosts, num_proc = placement
@@ -157,7 +175,8 @@ class Supervisor:
                 news.close()
 
     def _placement(self):
-        """(hosts, num_proc) for the next start; None (logged) when too few slots appear in time."""
+        """(hosts, num_proc) for the next start; None when too few slots appear in time (logged) or the launcher is
+        told to stop meanwhile."""
         if not self.elastic:
             return self.args.hosts or (self.args.hostfile.hosts if self.args.hostfile else None), self.args.num_proc
         deadline = time.monotonic() + self.args.elastic_timeout
@@ -170,7 +189,8 @@ class Supervisor:
                 self.log(f"only {slots} slots available (at least {self.args.min_np} needed) after waiting "
                          f"{self.args.elastic_timeout:g} s (--elastic-timeout); giving up")
                 return None
-            time.sleep(DISCOVERY_INTERVAL_SECONDS)
+            if self._stopping.wait(DISCOVERY_INTERVAL_SECONDS):
+                return None
 
     def _usable_hosts(self):
         try:

@@ -27,12 +27,13 @@ UNREACHABLE_SIGNAL = signal.SIGUSR1
 PEER_UNREACHABLE = "peer unreachable"
 COMMITTED = "committed"  # a rank wrote its host's first elastic commit: the job leaves commits if it fails
 REPORTS = (PEER_UNREACHABLE, COMMITTED)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher is told to stop: forwarded to the job
 
 
 class Outcome(NamedTuple):
     """How a job run by run_job ended."""
     code: int  # the exit code to exit with
-    interrupted: bool  # the launcher was told to stop (SIGINT, SIGTERM, SIGHUP): nothing may start again
+    interrupted: bool  # the launcher was told to stop (STOP_SIGNALS): nothing may start again
     reports: frozenset  # what the ranks reported (REPORTS)
 
 
@@ -187,7 +188,7 @@ def run_job(argv, env, job_id, log=None, timeout=None):
         timer.daemon = True
         timer.start()
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     previous[UNREACHABLE_SIGNAL] = signal.signal(UNREACHABLE_SIGNAL, peer_unreachable)
     timed_out = False
     try:
