@@ -2,6 +2,7 @@
 import ast
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -372,3 +373,19 @@ def test_a_job_past_its_time_limit_is_ended_and_leaves_no_process():
                       dict(os.environ), job, timeout=2)
     assert outcome.code == 124 and not outcome.interrupted and time.monotonic() - started < 15, outcome
     assert processes_of_job(job) == []
+
+
+def test_every_report_sent_before_the_job_ends_is_heard():
+    """Ranks report to the launcher over TCP, the last ones maybe just before they exit: when the launcher stops
+    listening (the job has ended), every report that reached its port is handled, and words it does not know are
+    ignored. 40 ranks' reports arrive at once, and it stops listening right after."""
+    from hvdlite.run.job import COMMITTED, LAUNCHER_VARIABLE, listen_for_ranks, tell_launcher
+    heard = []
+    port, close = listen_for_ranks(heard.append)
+    environ = {LAUNCHER_VARIABLE: f"{socket.gethostname()}:1:1:{port}"}
+    assert all(tell_launcher(COMMITTED, environ) for _ in range(40))
+    assert tell_launcher("something else", environ)
+    close()
+    assert heard == [COMMITTED] * 40
+    assert not tell_launcher(COMMITTED, environ), "the port still answers after close"
+    assert not tell_launcher(COMMITTED, {}), "told a launcher that does not exist"

@@ -64,8 +64,10 @@ def tell_launcher(report, environ=os.environ, timeout=2.0):
 
 def listen_for_ranks(on_report):
     """A TCP port on which ranks report (REPORTS, a line each); calls on_report(report) for each. Returns (port,
-    close)."""
+    close): close() returns once every report that reached the port before it was called has been handled (a rank
+    may report just before it exits, as the job ends)."""
     server = socket.create_server(("", 0))
+    port = server.getsockname()[1]
 
     def serve():
         while True:
@@ -80,10 +82,26 @@ def listen_for_ranks(on_report):
                 except OSError:
                     continue
             report = said.split(b"\n")[0].decode(errors="replace")
+            if report == _END_OF_REPORTS:
+                return
             if report in REPORTS:
                 on_report(report)
-    threading.Thread(target=serve, daemon=True).start()
-    return server.getsockname()[1], server.close
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def close():
+        # Connections are accepted in the order they came: the last one, this, comes after every report sent.
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2.0) as connection:
+                connection.sendall(f"{_END_OF_REPORTS}\n".encode())
+            thread.join(timeout=10.0)
+        except OSError:
+            pass
+        server.close()
+    return port, close
+
+
+_END_OF_REPORTS = "end"  # what the launcher itself sends to its port when the job has ended
 
 
 def new_job_id():
