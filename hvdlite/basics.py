@@ -4,7 +4,8 @@ import importlib
 
 from mpi4py import MPI
 
-from . import build_info, config
+from . import build_info, config, mpich_leftovers
+from .logging import get_logger
 from .logging import set_rank as _set_log_rank
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
@@ -46,6 +47,11 @@ def init(comm=None, process_sets=None):
         raise HvdliteError(wrong_launcher)
     _refresh_global(lib.hvdlite_size())
     _set_log_rank(lib.hvdlite_rank())  # Python log lines carry the rank the core reports
+    if lib.hvdlite_local_rank() == 0:
+        removed = mpich_leftovers.remove_orphaned_segments()
+        if removed:
+            get_logger().info("removed %d shared-memory segments that killed MPICH jobs left in /dev/shm",
+                              len(removed))
     if not _atexit_registered:
         # Registered after mpi4py's import, so it runs before MPI is finalized.
         atexit.register(shutdown)

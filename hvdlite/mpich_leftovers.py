@@ -1,0 +1,53 @@
+"""Removes the shared-memory segments that killed MPICH jobs left on this host.
+
+MPICH's ranks on a host share segments in /dev/shm (``mpich_shm_*``, 2 MB and more each), which MPI_Finalize
+removes; a job whose ranks are killed (a lost peer, an OOM kill, every failure an elastic job restarts after)
+leaves them, and they hold their memory until the host reboots. The first rank of each host removes, when hvdlite
+starts, those of its user that no process maps any more and that are older than MIN_AGE_SECONDS (a segment that
+another job is creating this very moment is not yet mapped, but it is new).
+"""
+import glob
+import os
+import time
+
+SEGMENTS = "/dev/shm/mpich_shm_*"
+MIN_AGE_SECONDS = 10.0
+
+
+def mapped_segments():
+    """The paths of the segments some live process (that this user may read) maps."""
+    found = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as stream:
+                found.update(line.split(None, 5)[5].strip() for line in stream if "/dev/shm/mpich_shm_" in line)
+        except (OSError, IndexError):  # a process gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def orphaned_segments(min_age=MIN_AGE_SECONDS, now=None):
+    """This user's segments that are older than ``min_age`` seconds and that no process maps."""
+    now = time.time() if now is None else now
+    old = []
+    for path in glob.glob(SEGMENTS):
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        if status.st_uid == os.getuid() and now - status.st_mtime >= min_age:
+            old.append(path)
+    # Reading every process's maps costs more than the rest: only when some segment may be left over.
+    return sorted(set(old) - mapped_segments()) if old else []
+
+
+def remove_orphaned_segments():
+    """Removes this user's orphaned segments on this host; returns their paths."""
+    removed = []
+    for path in orphaned_segments():
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
