@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+import hvdlite
 import hvdlite.run
 from hvdlite.run import binding
 from hvdlite.run.arguments import parse_args
@@ -45,6 +46,45 @@ def test_a_launcher_program_is_spelled_for_hydra_and_open_mpi():
     assert hydra[3:9] == ["-launcher", "ssh", "-launcher-exec", "/x/rsh", "-hosts", "a:1,b:1"], hydra
     openmpi = build_command(OPENMPI, "mpirun", 2, ["prog"], hosts=[Host("a", 1)], launcher_exec="/x/rsh")
     assert openmpi[5:8] == ["--mca", "plm_rsh_agent", "/x/rsh"], openmpi
+
+
+def test_network_interfaces_and_further_mpiexec_options_are_spelled_for_hydra_and_open_mpi():
+    args = parse_args(["-np", "2", "-H", "a:1,b:1", "--network-interface", "eth1, ib0", "--mpi-args",
+                       "-genv X 'one two'", "prog"])
+    assert args.interfaces == ["eth1", "ib0"] and args.mpi_args == ["-genv", "X", "one two"]
+    hydra = build_command(HYDRA, "mpiexec", 2, ["prog"], hosts=args.hosts, interfaces=args.interfaces,
+                          mpi_args=args.mpi_args)
+    assert hydra[:5] == ["mpiexec", "-n", "2", "-iface", "eth1"] and hydra[-4:] == ["-genv", "X", "one two", "prog"]
+    for name, value in (("FI_TCP_IFACE", "eth1"), ("UCX_NET_DEVICES", "eth1,ib0"), ("NCCL_SOCKET_IFNAME", "eth1,ib0")):
+        assert hydra[hydra.index(name) - 1:hydra.index(name) + 2] == ["-genv", name, value], hydra
+    openmpi = build_command(OPENMPI, "mpirun", 2, ["prog"], hosts=args.hosts, interfaces=args.interfaces,
+                            mpi_args=["--mca", "btl", "self,tcp"])
+    assert openmpi[5:11] == ["--mca", "btl_tcp_if_include", "eth1,ib0", "--prtemca", "prte_if_include",
+                             "eth1,ib0"], openmpi
+    assert "NCCL_SOCKET_IFNAME=eth1,ib0" in openmpi and openmpi[-4:] == ["--mca", "btl", "self,tcp", "prog"]
+    with pytest.raises(SystemExit):
+        parse_args(["-np", "2", "--mpi-args", "-genv 'unclosed", "prog"])
+
+
+def test_version_and_check_build_need_no_job():
+    version = subprocess.run([PYTHON, "-m", "hvdlite.run", "--version"], capture_output=True, text=True,
+                             timeout=60)
+    assert version.returncode == 0 and version.stdout.strip() == f"hvdliterun {hvdlite.__version__}", version
+    done = subprocess.run([PYTHON, "-m", "hvdlite.run", "--check-build"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    from importlib.util import find_spec
+    for name, module in (("TensorFlow", "tensorflow"), ("PyTorch", "torch")):
+        mark = "[X]" if find_spec(module) else "[ ]"
+        assert any(line.startswith(f"{mark} {name}") for line in lines), (name, done.stdout)
+    # In a process of its own: asking loads the core and starts MPI.
+    ask = "from hvdlite.gpu import gpu_status; print(gpu_status()['nccl_collectives'])"
+    asked = subprocess.run([PYTHON, "-c", ask], capture_output=True, text=True, timeout=60)
+    nccl = "[X] NCCL" if asked.stdout.strip() == "True" else "[ ] NCCL"
+    assert any(line.startswith(nccl) for line in lines), done.stdout
+    assert lines.count("[X] MPI") == 1 and any(line.startswith("[X] MPI (") for line in lines), done.stdout
+    assert lines.count("[ ] Gloo") == 2, done.stdout
 
 
 @pytest.mark.parametrize("hosts,num_proc,expected", [
@@ -226,6 +266,22 @@ def test_two_ranks_run_and_receive_tuning_flags_as_environment(tmp_path):
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("RANK"))
     assert lines == [f"RANK {rank} 2 2.5 {8 << 20} 1" for rank in (0, 1)]
     assert _processes_with_token(token) == []
+
+
+def test_further_mpiexec_options_reach_mpiexec(tmp_path):
+    """--mpi-args, as a user passes an option hvdliterun has no flag for: here one setting a variable on the ranks,
+    spelled for the MPI at hand."""
+    from hvdlite.run.mpiexec import detect_flavour, find_mpiexec
+    flavour = detect_flavour(find_mpiexec(None))
+    option = "-genv MY_FLAG 'seven eight'" if flavour == HYDRA else "-x 'MY_FLAG=seven eight'"
+    result, _, _ = _launch(tmp_path, """
+        import os
+        from mpi4py import MPI
+        print("RANK", MPI.COMM_WORLD.rank, os.environ.get("MY_FLAG"), flush=True)
+    """, "--mpi-args", option)
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("RANK")) == [
+        "RANK 0 seven eight", "RANK 1 seven eight"], result.stdout
 
 
 _PRINT_AFFINITY = """

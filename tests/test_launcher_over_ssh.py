@@ -249,3 +249,31 @@ def test_a_failed_elastic_job_without_restarts_has_its_commits_removed_on_both_h
     assert output.count("STEP") == 2 and "hvdliterun: removed the job's commits on 2 hosts" in output, output[-4000:]
     # The simulated hosts share this machine's file systems (and the job's default folders): the job's are gone.
     assert commit_folders_here() == before, "the failed job left its commits"
+
+
+def test_a_decoy_interface_on_every_host_is_kept_out_by_network_interface(tmp_path):
+    """Every host has a second interface, up, with the same address on each, as docker0 has on Docker hosts: left
+    to itself, MPI takes it for a way to the other hosts and the job never gets going (MPICH's ranks wait for
+    each other, Open MPI's daemons cannot call back), seen here not to finish within 20 s; with
+    --network-interface eth0 it runs at once, every rank on its host, all-reducing exactly."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
+    env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS)
+    launch = [venv_tool("hvdliterun"), "--launcher-exec", None, "-np", "4", "-H", "h1:2,h2:2"]
+    job = [sys.executable, str(tmp_path / "job.py"), str(tmp_path)]
+    with SimulatedHosts(3, decoy="docker0") as hosts:
+        launch[2] = hosts.launcher_exec
+        kept = hosts.run("h3", [*launch, "--network-interface", "eth0", *job], timeout=120, env=env,
+                         cwd=str(tmp_path))
+        assert kept.returncode == 0, kept.stdout[-6000:]
+        seen = [(tmp_path / f"rank{rank}").read_text().split()[:5] for rank in range(4)]
+        assert [report[1] for report in seen] == ["h1", "h1", "h2", "h2"] and all(
+            report[4] == "True" for report in seen), seen
+        try:
+            left = hosts.run("h3", [*launch, *job], timeout=20, env=env, cwd=str(tmp_path))
+            finished = left.returncode == 0
+        except TimeoutError:
+            finished = False
+        assert not finished, "the decoy interface did not get in the way: this test shows nothing"

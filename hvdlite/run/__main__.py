@@ -54,6 +54,10 @@ def describe_hosts(hosts, args, out, flavour):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.check_build:
+        from .check_build import report
+        print(report(), flush=True)
+        return 0
     try:
         mpiexec = find_mpiexec(args.mpiexec)
         flavour = detect_flavour(mpiexec)
@@ -72,7 +76,8 @@ def main(argv=None):
         placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
         return build_command(flavour, mpiexec, num_proc, what, env=env, hosts=None if hostfile else chosen_hosts,
                              hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
-                             binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec)
+                             binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec,
+                             interfaces=args.interfaces, mpi_args=args.mpi_args)
     if args.host_discovery_script:
         return Supervisor(args, command_for, dict(os.environ, **env), _log).run()
     argv = command_for(args.hosts, args.num_proc, args.hostfile)

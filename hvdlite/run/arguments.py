@@ -1,13 +1,15 @@
 """hvdliterun's command line. Tuning flags come from the configuration table (hvdlite.config.SETTINGS)."""
 import argparse
+import shlex
 
-from .. import config
+from .. import __version__, config
 from . import binding
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
-         "[--bind-to auto|cpus|none] [--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] "
-         "[tuning flags] [--verbose] [--dry-run] COMMAND ...")
+         "[--network-interface NAMES] [--bind-to auto|cpus|none] "
+         "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--mpi-args ARGS] "
+         "[--verbose] [--dry-run] COMMAND ...  |  hvdliterun --check-build  |  hvdliterun --version")
 
 
 def _add_tuning_flags(parser):
@@ -70,7 +72,18 @@ def make_parser():
                         help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
                              "when one rank raises)")
     _add_restart_flags(parser)
+    parser.add_argument("--network-interface", dest="interfaces", metavar="NAMES",
+                        help="network interfaces the job may use, separated by commas (e.g. eth0), where a host "
+                             "has some that do not reach the others (docker0, a management network); default: "
+                             "MPI's choice")
+    parser.add_argument("--mpi-args", dest="mpi_args", default="", metavar="ARGS",
+                        help="further options for mpiexec, as one string (e.g. \"-genv FI_PROVIDER tcp\" for hydra, "
+                             "\"--mca btl self,tcp\" for Open MPI), placed before the command")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the mpiexec command before running it")
+    parser.add_argument("--version", action="version", version=f"hvdliterun {__version__}",
+                        help="print hvdlite's version and exit")
+    parser.add_argument("-cb", "--check-build", dest="check_build", action="store_true",
+                        help="print the frameworks, controllers and tensor operations available, and exit")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command and exit")
     _add_tuning_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
@@ -81,6 +94,13 @@ def parse_args(argv=None):
     """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile) and .tuning_env (HVDLITE_* -> value)."""
     parser = make_parser()
     args = parser.parse_args(argv)
+    if args.check_build:
+        return args
+    args.interfaces = [name.strip() for name in (args.interfaces or "").split(",") if name.strip()]
+    try:
+        args.mpi_args = shlex.split(args.mpi_args)
+    except ValueError as error:
+        parser.error(f"--mpi-args: {error}")
     if args.host_discovery_script:
         if args.hosts or args.hostfile:
             parser.error("--host-discovery-script chooses the hosts: drop -H/--hostfile")

@@ -50,8 +50,18 @@ def _open_mpi_mapping(binding):
     return ["--map-by", "slot:OVERSUBSCRIBE", *binding]
 
 
+def interface_variables(interfaces):
+    """Variables that keep the ranks' traffic to the network interfaces named: MPICH's over libfabric's TCP
+    providers (which take one), over UCX, and NCCL's between hosts."""
+    if not interfaces:
+        return {}
+    names = ",".join(interfaces)
+    return {"FI_TCP_IFACE": interfaces[0], "FI_SOCKETS_IFACE": interfaces[0], "UCX_NET_DEVICES": names,
+            "NCCL_SOCKET_IFNAME": names}
+
+
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
-                  run_as_root=False, binding=(), launcher_exec=None):
+                  run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=()):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
 
     hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
@@ -59,14 +69,18 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
     hosts by itself; hydra does). run_as_root: Open MPI refuses root without --allow-run-as-root.
     binding: mpiexec options that bind the ranks to CPUs (binding.binding_arguments), after the process count.
     launcher_exec: the program that starts processes on other hosts in ssh's place (called as ssh would be).
+    interfaces: the network interfaces the job's traffic (its launch included) may use; none: MPI's choice.
+    mpi_args: further mpiexec options, placed last before the program.
     """
-    env = dict(env or {})
+    env = dict(env or {}, **interface_variables(interfaces))
     if hosts and hostfile:
         raise ValueError("give either -H or --hostfile, not both")
     if flavour == HYDRA:
         argv = [mpiexec, "-n", str(num_proc), *binding]
         if launcher_exec:
             argv += ["-launcher", "ssh", "-launcher-exec", launcher_exec]
+        if interfaces:
+            argv += ["-iface", interfaces[0]]  # where the proxies connect back to mpiexec
         if hosts:
             argv += ["-hosts", host_list_text(hosts)]
         elif hostfile:
@@ -80,6 +94,10 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
             argv.append("--allow-run-as-root")
         if launcher_exec:
             argv += ["--mca", "plm_rsh_agent", launcher_exec]
+        if interfaces:
+            # The ranks' TCP traffic, and the runtime's own (its daemons' connections to mpiexec).
+            argv += ["--mca", "btl_tcp_if_include", ",".join(interfaces),
+                     "--prtemca", "prte_if_include", ",".join(interfaces)]
         if hosts:
             argv += ["-H", host_list_text(hosts)]
         elif hostfile:
@@ -92,4 +110,4 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
                 argv += ["-x", name]
     else:
         raise ValueError(f"unknown MPI flavour {flavour!r}")
-    return argv + list(program)
+    return argv + list(mpi_args) + list(program)

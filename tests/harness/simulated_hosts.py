@@ -5,7 +5,8 @@ bridge that lives in a namespace of its own (nothing is added to the machine's o
 naming every host, and a hostname of its own: a command runs in a host through ``ip netns exec`` and
 ``unshare --uts``, which sets the hostname for that command and everything it starts. Each host link may be
 shaped to a rate with ``tc tbf``, in both directions (the host's egress and the bridge port's), like a full-duplex
-NIC. Ranks on different hosts talk only over TCP through the bridge; ranks on one host share its memory, as on a
+NIC. A host may also get a decoy interface that reaches nothing, with the same address on every host (as docker0
+on Docker hosts). Ranks on different hosts talk only over TCP through the bridge; ranks on one host share its memory, as on a
 real node (MPI learns which ranks share a host from its launcher: one proxy per host).
 
 MPI reaches a host through a launcher program, as it would through ssh: ``launcher_exec`` is a script taking ssh's
@@ -29,6 +30,8 @@ import time
 
 PREFIX = "hvdl"        # namespace names: hvdl<owner pid>-h1 ..., hvdl<owner pid>-sw (at most 15 characters)
 SUBNET = "10.231.7"    # a private /24 that exists only inside these namespaces
+# A decoy interface's address, the same on every host (as docker0's is on every Docker host), reaching nothing.
+DECOY_ADDRESS = "10.231.8.1/24"
 NETNS_ETC = "/etc/netns"
 # The launcher program: as ssh, it runs the command in the host with a bare environment (what MPI does not pass
 # along itself is then missing, as on a cluster), and relays its output as the ssh client does, keeping the
@@ -79,11 +82,14 @@ def remove_leftovers():
 
 
 class SimulatedHosts:
-    def __init__(self, count, rate_mbit=None):
+    def __init__(self, count, rate_mbit=None, decoy=None):
+        """decoy: the name of a second interface given to every host, up, with DECOY_ADDRESS on each: an
+        interface that MPI may take for a way to the other hosts, as a cluster's docker0 is."""
         if count < 1 or count > 200:
             raise ValueError(f"1 to 200 hosts, not {count}")
         self.names = [f"h{i}" for i in range(1, count + 1)]
         self.rate_mbit = rate_mbit
+        self.decoy = decoy
         self._tag = f"{PREFIX}{os.getpid()}"
         self._made = []
         self._folder = None
@@ -137,6 +143,13 @@ class SimulatedHosts:
             _ip("-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+            if self.decoy:  # a bridge with one port, its peer in the same host: up, with a carrier, going nowhere
+                _ip("-n", ns, "link", "add", self.decoy, "type", "bridge")
+                _ip("-n", ns, "link", "add", "decoy-port", "type", "veth", "peer", "name", "decoy-peer")
+                _ip("-n", ns, "link", "set", "decoy-port", "master", self.decoy)
+                for device in ("decoy-port", "decoy-peer", self.decoy):
+                    _ip("-n", ns, "link", "set", device, "up")
+                _ip("-n", ns, "addr", "add", DECOY_ADDRESS, "dev", self.decoy)
             if self.rate_mbit:
                 self._shape(ns, "eth0")
                 self._shape(switch, port)
