@@ -6,8 +6,8 @@ naming every host, and a hostname of its own: a command runs in a host through `
 ``unshare --uts``, which sets the hostname for that command and everything it starts. Each host link may be
 shaped to a rate with ``tc tbf``, in both directions (the host's egress and the bridge port's), like a full-duplex
 NIC. A host may also get a decoy interface that reaches nothing, with the same address on every host (as docker0
-on Docker hosts). Ranks on different hosts talk only over TCP through the bridge; ranks on one host share its memory, as on a
-real node (MPI learns which ranks share a host from its launcher: one proxy per host).
+on Docker hosts). Ranks on different hosts talk only over TCP through the bridge; ranks on one host share its
+memory, as on a real node (MPI learns which ranks share a host from its launcher: one proxy per host).
 
 MPI reaches a host through a launcher program, as it would through ssh: ``launcher_exec`` is a script taking ssh's
 arguments (``[-x] host command...``) that runs the command in that host with a bare environment, as ssh does, and
