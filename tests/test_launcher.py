@@ -218,6 +218,11 @@ def test_tuning_flags_become_hvdlite_variables():
     assert args.command == ["python", "t.py", "--autotune"]  # the program's own flags stay the program's
 
 
+def test_horovodruns_hierarchical_allreduce_flag_picks_that_algorithm():
+    assert parse_args(["-np", "2", "--hierarchical-allreduce", "prog"]).tuning_env == {
+        "HVDLITE_ALLREDUCE_ALGORITHM": "hierarchical"}
+
+
 def test_bad_tuning_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(["-np", "2", "--cycle-time-ms", "soon", "python", "t.py"])

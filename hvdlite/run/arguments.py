@@ -26,6 +26,8 @@ def _add_tuning_flags(parser):
         else:
             unit = "MiB" if setting.flag_scale == config.MiB else setting.type_name.upper()
             group.add_argument(setting.flag, dest=dest, metavar=unit, help=help_text)
+    group.add_argument("--hierarchical-allreduce", dest="setting_allreduce_algorithm", action="store_const",
+                       const="hierarchical", help="horovodrun's name for --allreduce-algorithm hierarchical")
 
 
 def _add_restart_flags(parser):
