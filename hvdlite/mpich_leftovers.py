@@ -3,15 +3,19 @@
 MPICH's ranks on a host share segments in /dev/shm (``mpich_shm_*``, 2 MB and more each), which MPI_Finalize
 removes; a job whose ranks are killed (a lost peer, an OOM kill, every failure an elastic job restarts after)
 leaves them, and they hold their memory until the host reboots. The first rank of each host removes, when hvdlite
-starts, those of its user that no process maps any more and that are older than MIN_AGE_SECONDS (a segment that
-another job is creating this very moment is not yet mapped, but it is new).
+starts, those of its user that no process maps any more and that are older than MIN_AGE_SECONDS.
+
+Why the age: a segment is opened by name only while its job starts (its first rank on the host creates it, the
+others open it in their MPI_Init), and a job whose processes this one cannot see (another container that shares
+the host's /dev/shm but not its process table) may be starting right now. Removing a segment that is mapped
+already breaks nothing: the mappings stay. Ten minutes is longer than any job takes to start.
 """
 import glob
 import os
 import time
 
 SEGMENTS = "/dev/shm/mpich_shm_*"
-MIN_AGE_SECONDS = 10.0
+MIN_AGE_SECONDS = 600.0
 
 
 def mapped_segments():

@@ -44,7 +44,7 @@ def _segments():
     return set(glob.glob(mpich_leftovers.SEGMENTS))
 
 
-def _backdate(paths, seconds=60):
+def _backdate(paths, seconds=2 * mpich_leftovers.MIN_AGE_SECONDS):
     for path in paths:
         status = os.stat(path)
         os.utime(path, (status.st_atime - seconds, status.st_mtime - seconds))
@@ -72,7 +72,7 @@ def test_the_next_job_removes_what_a_killed_job_left_and_nothing_in_use(tmp_path
         assert code != 0, output[-3000:]
         left = _segments() - before_killed - mpich_leftovers.mapped_segments()
         assert left, "the killed MPICH job left no segment: nothing here to remove"
-        # A test stand-in, not MPICH's: a segment another job creates this moment (not mapped yet, but new).
+        # A test stand-in, not MPICH's: a segment another job is starting with (not mapped yet, but new).
         fresh = f"/dev/shm/mpich_shm_hvdlitetest_{uuid.uuid4().hex[:8]}"
         open(fresh, "wb").close()
         _backdate(left | in_use)  # old enough to be orphans, the running job's included
