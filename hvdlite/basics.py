@@ -2,9 +2,14 @@
 import atexit
 import importlib
 
-from mpi4py import MPI
+from .run import start_watch
 
-from . import build_info, config, mpich_leftovers
+start_watch.report(start_watch.STARTING)  # hvdliterun ends a job whose MPI never gets going (start_watch.py)
+from mpi4py import MPI  # noqa: E402 (starts MPI)
+
+start_watch.report(start_watch.STARTED)
+
+from . import build_info, config, mpich_leftovers  # noqa: E402
 from .logging import get_logger
 from .logging import set_rank as _set_log_rank
 from ._native import error_buffer, error_text, ffi, lib

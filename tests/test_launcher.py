@@ -289,6 +289,22 @@ def test_further_mpiexec_options_reach_mpiexec(tmp_path):
         "RANK 0 seven eight", "RANK 1 seven eight"], result.stdout
 
 
+def test_a_rank_slow_to_start_mpi_holds_the_job_up_but_is_not_ended(tmp_path):
+    """--start-timeout runs from when the last rank begins MPI's start-up: a rank that takes longer than it to get
+    there (loading data, importing a framework) is waited for, and the job runs to its end."""
+    result, _, _ = _launch(tmp_path, """
+        import os, time
+        if (os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+            time.sleep(6)
+        import hvdlite as hvd
+        hvd.init()
+        print("UP", hvd.rank(), flush=True)
+    """, "--start-timeout", "2")
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("UP")) == ["UP 0", "UP 1"]
+    assert "start-up" not in result.stderr, result.stderr
+
+
 _PRINT_AFFINITY = """
     import os
     from mpi4py import MPI
@@ -438,15 +454,16 @@ def test_a_job_past_its_time_limit_is_ended_and_leaves_no_process():
 
 def test_every_report_sent_before_the_job_ends_is_heard():
     """Ranks report to the launcher over TCP, the last ones maybe just before they exit: when the launcher stops
-    listening (the job has ended), every report that reached its port is handled, and words it does not know are
-    ignored. 40 ranks' reports arrive at once, and it stops listening right after."""
-    from hvdlite.run.job import COMMITTED, LAUNCHER_VARIABLE, listen_for_ranks, tell_launcher
+    listening (the job has ended), every report that reached its port has been handed over, in order. 41 ranks'
+    reports arrive at once, and it stops listening right after."""
+    from hvdlite.run.job import listen_for_ranks
+    from hvdlite.run.launcher_port import COMMITTED, LAUNCHER_VARIABLE, tell_launcher
     heard = []
     port, close = listen_for_ranks(heard.append)
     environ = {LAUNCHER_VARIABLE: f"{socket.gethostname()}:1:1:{port}"}
     assert all(tell_launcher(COMMITTED, environ) for _ in range(40))
-    assert tell_launcher("something else", environ)
+    assert tell_launcher("starting 7", environ)
     close()
-    assert heard == [COMMITTED] * 40
+    assert heard == [COMMITTED] * 40 + ["starting 7"]
     assert not tell_launcher(COMMITTED, environ), "the port still answers after close"
     assert not tell_launcher(COMMITTED, {}), "told a launcher that does not exist"

@@ -11,7 +11,8 @@ from .commit_removal import remove_commits
 from .elastic import Supervisor
 from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import rank_placement
-from .job import COMMITTED, JOB_MARKER, LAUNCHER_VARIABLE, new_job_id, run_job
+from .job import JOB_MARKER, new_job_id, run_job
+from .launcher_port import COMMITTED, LAUNCHER_VARIABLE
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 
@@ -107,7 +108,8 @@ def run_once(args, argv, env, command_for):
     --max-restarts), removes its commits, which no later start could find."""
     job = new_job_id()
     env = dict(env, **{JOB_VARIABLE: job})  # where its commits go, if it makes any
-    outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None)
+    outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None, ranks=args.num_proc,
+                      start_timeout=args.start_timeout)
     if outcome.code != 0 and COMMITTED in outcome.reports:
         hosts = args.hosts or (args.hostfile.hosts if args.hostfile else [])
         remove_commits(job, [host.name for host in hosts], env, command_for, args.launcher_exec, _log)

@@ -3,7 +3,7 @@ import argparse
 import shlex
 
 from .. import __version__, config
-from . import binding
+from . import binding, start_watch
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
@@ -74,6 +74,10 @@ def make_parser():
                         help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
                              "when one rank raises)")
     _add_restart_flags(parser)
+    parser.add_argument("--start-timeout", type=float, default=start_watch.DEFAULT_SECONDS, metavar="SECONDS",
+                        help="once every rank has begun MPI's start-up, how long they may take to get through it "
+                             "before the job is ended with a message (ranks that cannot reach each other would wait "
+                             f"forever); 0: no limit (default {start_watch.DEFAULT_SECONDS:g})")
     parser.add_argument("--network-interface", dest="interfaces", metavar="NAMES",
                         help="network interfaces the job may use, separated by commas (e.g. eth0), where a host "
                              "has some that do not reach the others (docker0, a management network); default: "
@@ -114,6 +118,8 @@ def parse_args(argv=None):
         parser.error("-np is required (or --host-discovery-script for an elastic job)")
     if args.num_proc < 1:
         parser.error("-np must be at least 1")
+    if args.start_timeout < 0:
+        parser.error("--start-timeout must be at least 0")
     if args.max_restarts < 0:
         parser.error("--max-restarts must be at least 0")
     if not args.command:

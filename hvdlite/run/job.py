@@ -16,17 +16,17 @@ import time
 import uuid
 from typing import NamedTuple
 
+from . import start_watch
+from .launcher_port import COMMITTED, LAUNCHER_VARIABLE, PEER_UNREACHABLE
+
 JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
 OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
-# host:pid:start time:port of this launcher, where the ranks report, a line each (REPORTS), over TCP. A rank whose
-# peer vanished without closing its connections (progress_watchdog.h) tells it before it exits, by SIGUSR1 on this
-# host and by a line to the port from any other: mpiexec itself would wait forever for the unreachable host's proxy.
-LAUNCHER_VARIABLE = "HVDLITE_LAUNCHER"
+# A rank whose peer vanished without closing its connections (progress_watchdog.h) tells the launcher before it
+# exits, by SIGUSR1 on this host and by a line to its port (launcher_port.py) from any other: mpiexec itself would
+# wait forever for the unreachable host's proxy.
 UNREACHABLE_SIGNAL = signal.SIGUSR1
-PEER_UNREACHABLE = "peer unreachable"
-COMMITTED = "committed"  # a rank wrote its host's first elastic commit: the job leaves commits if it fails
-REPORTS = (PEER_UNREACHABLE, COMMITTED)
+REPORTS = (PEER_UNREACHABLE, COMMITTED)  # the reports an Outcome collects
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher is told to stop: forwarded to the job
 
 
@@ -45,27 +45,10 @@ def launcher_identity(port):
     return f"{socket.gethostname()}:{os.getpid()}:{start_time}:{port}"
 
 
-def tell_launcher(report, environ=os.environ, timeout=2.0):
-    """Sends one of REPORTS to the launcher that started this rank, if one did; False when it could not be told."""
-    host, _, port = environ.get(LAUNCHER_VARIABLE, "").rpartition(":")
-    host = host.split(":")[0]
-    if not host or not port.isdigit():
-        return False
-    # The launcher listens on every address of its host: from that host, on the loopback one (its name may not
-    # resolve there).
-    address = "127.0.0.1" if host == socket.gethostname() else host
-    try:
-        with socket.create_connection((address, int(port)), timeout=timeout) as connection:
-            connection.sendall(f"{report}\n".encode())
-        return True
-    except OSError:
-        return False
-
-
 def listen_for_ranks(on_report):
-    """A TCP port on which ranks report (REPORTS, a line each); calls on_report(report) for each. Returns (port,
-    close): close() returns once every report that reached the port before it was called has been handled (a rank
-    may report just before it exits, as the job ends)."""
+    """A TCP port on which ranks report (launcher_port.py, a line each); calls on_report(line) for each. Returns
+    (port, close): close() returns once every report that reached the port before it was called has been handled
+    (a rank may report just before it exits, as the job ends)."""
     server = socket.create_server(("", 0))
     port = server.getsockname()[1]
 
@@ -84,7 +67,7 @@ def listen_for_ranks(on_report):
             report = said.split(b"\n")[0].decode(errors="replace")
             if report == _END_OF_REPORTS:
                 return
-            if report in REPORTS:
+            if report:
                 on_report(report)
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -159,16 +142,33 @@ def _end_with_parent():
         pass
 
 
-def run_job(argv, env, job_id, log=None, timeout=None):
+def run_job(argv, env, job_id, log=None, timeout=None, ranks=None, start_timeout=start_watch.DEFAULT_SECONDS):
     """Runs argv with env (JOB_MARKER added) to the end, or ends it after timeout seconds (exit code 124); returns its
-    Outcome."""
+    Outcome. With ``ranks`` (the job's size), a job whose ranks all began MPI's start-up but did not all get
+    through it within start_timeout seconds is ended (exit code 1, start_watch.py)."""
     received = []
     reports = set()
 
+    def stuck(left):
+        if "start" in received:
+            return
+        received.append("start")
+        print(f"hvdliterun: every rank began MPI's start-up and {left} of {ranks} have not got through it "
+              f"{start_timeout:g} s later: the ranks cannot reach each other. Where hosts have several network "
+              "interfaces, name the one that reaches the other hosts (--network-interface eth0); check that no "
+              "firewall stands between them. Ending the job (--start-timeout sets the time)", file=sys.stderr,
+              flush=True)
+        end_job()
+    watch = start_watch.StartWatch(ranks, start_timeout, stuck) if ranks and start_timeout else None
+
     def on_report(report):
-        reports.add(report)
+        if report in REPORTS:
+            reports.add(report)
         if report == PEER_UNREACHABLE:
             peer_unreachable(None, None)
+        started = start_watch.parse(report)
+        if started and watch:
+            watch.heard(*started)
     port, stop_listening = listen_for_ranks(on_report)
     env = dict(env, **{JOB_MARKER: job_id, LAUNCHER_VARIABLE: launcher_identity(port)})
     # Own session: a Ctrl-C in the terminal reaches only us, and we forward it exactly once.
@@ -218,6 +218,8 @@ def run_job(argv, env, job_id, log=None, timeout=None):
             returncode = process.wait()
     finally:
         stop_listening()
+        if watch:
+            watch.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     # A rank may still be exiting (or hydra left one behind): give it a moment, then make sure.
@@ -225,8 +227,8 @@ def run_job(argv, env, job_id, log=None, timeout=None):
     while processes_of_job(job_id) and time.monotonic() < deadline:
         time.sleep(0.1)
     kill_job_leftovers(job_id, log)
-    stopped = [signum for signum in received if signum != UNREACHABLE_SIGNAL]
-    if UNREACHABLE_SIGNAL in received:
+    stopped = [signum for signum in received if signum in STOP_SIGNALS]
+    if UNREACHABLE_SIGNAL in received or "start" in received:
         code = 1
     elif timed_out:
         code = 124  # as timeout(1)
