@@ -23,15 +23,20 @@ def set_rank(rank):
     _rank_after_init = rank
 
 
-def current_rank(environ=None):
-    """The rank to print: the core's after init, else the launcher's environment, else '?'."""
-    if _rank_after_init is not None:
-        return str(_rank_after_init)
+def launcher_rank(environ=None):
+    """The rank the launcher gave this process in its environment (a string), or None when none did."""
     environ = os.environ if environ is None else environ
     for variable in _RANK_VARIABLES:
         if environ.get(variable, "").strip().isdigit():
             return environ[variable].strip()
-    return "?"
+    return None
+
+
+def current_rank(environ=None):
+    """The rank to print: the core's after init, else the launcher's environment, else '?'."""
+    if _rank_after_init is not None:
+        return str(_rank_after_init)
+    return launcher_rank(environ) or "?"
 
 
 class _RankFilter(_logging.Filter):

@@ -14,7 +14,8 @@ import glob
 import os
 import time
 
-SEGMENTS = "/dev/shm/mpich_shm_*"
+PREFIX = "/dev/shm/mpich_shm_"
+SEGMENTS = PREFIX + "*"
 MIN_AGE_SECONDS = 600.0
 
 
@@ -24,7 +25,7 @@ def mapped_segments():
     for maps in glob.glob("/proc/[0-9]*/maps"):
         try:
             with open(maps) as stream:
-                found.update(line.split(None, 5)[5].strip() for line in stream if "/dev/shm/mpich_shm_" in line)
+                found.update(line.split(None, 5)[5].strip() for line in stream if PREFIX in line)
         except (OSError, IndexError):  # a process gone meanwhile, or not ours to read
             continue
     return found

@@ -146,13 +146,14 @@ def run_job(argv, env, job_id, log=None, timeout=None, ranks=None, start_timeout
     """Runs argv with env (JOB_MARKER added) to the end, or ends it after timeout seconds (exit code 124); returns its
     Outcome. With ``ranks`` (the job's size), a job whose ranks all began MPI's start-up but did not all get
     through it within start_timeout seconds is ended (exit code 1, start_watch.py)."""
-    received = []
+    received = []  # the signals received
     reports = set()
+    never_started = threading.Event()  # the start watch ended the job
 
     def stuck(left):
-        if "start" in received:
+        if never_started.is_set():
             return
-        received.append("start")
+        never_started.set()
         print(f"hvdliterun: every rank began MPI's start-up and {left} of {ranks} have not got through it "
               f"{start_timeout:g} s later: the ranks cannot reach each other. Where hosts have several network "
               "interfaces, name the one that reaches the other hosts (--network-interface eth0); check that no "
@@ -228,7 +229,7 @@ def run_job(argv, env, job_id, log=None, timeout=None, ranks=None, start_timeout
         time.sleep(0.1)
     kill_job_leftovers(job_id, log)
     stopped = [signum for signum in received if signum in STOP_SIGNALS]
-    if UNREACHABLE_SIGNAL in received or "start" in received:
+    if UNREACHABLE_SIGNAL in received or never_started.is_set():
         code = 1
     elif timed_out:
         code = 124  # as timeout(1)

@@ -12,13 +12,12 @@ import os
 import sys
 import threading
 
+from ..logging import launcher_rank
 from .launcher_port import tell_launcher
 
 STARTING = "starting"
 STARTED = "started"
 DEFAULT_SECONDS = 120.0
-# What the launchers set in each rank before MPI starts (hydra, Open MPI, PMIx).
-_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
 class StartWatch:
@@ -56,16 +55,9 @@ def parse(report):
     return (word, int(rank)) if word in (STARTING, STARTED) and rank.isdigit() else None
 
 
-def _rank(environ):
-    for name in _RANK_VARIABLES:
-        if environ.get(name, "").isdigit():
-            return environ[name]
-    return None
-
-
 def report(word, environ=os.environ):
     """The rank's side: tells the launcher it is STARTING or has STARTED MPI, where a launcher started it and
     MPI is not running in this process already (started by the program itself, the watch does not apply)."""
-    rank = _rank(environ)
+    rank = launcher_rank(environ)
     if rank is not None and (word == STARTED or "mpi4py.MPI" not in sys.modules):
         tell_launcher(f"{word} {rank}", environ)
