@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 
 from harness.elastic_folders import commit_folders_here
-from harness.processes import QUIET_THREADS, run, venv_tool
+from harness.processes import QUIET_THREADS, read_until, run, venv_tool
 from hvdlite.run.job import processes_with_environment
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers")
 GIVEN_UP = os.path.join(WORKERS, "given_up.py")
 TF_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
-
-
 
 
 def hvdliterun(*args, timeout=300, env=None):
@@ -390,11 +388,7 @@ def test_a_launcher_told_to_stop_starts_nothing_again_and_removes_the_commits(re
     launcher = subprocess.Popen([venv_tool("hvdliterun"), "-np", "2", *restarts, sys.executable, GIVEN_UP, "wait"],
                                 env=dict(os.environ, **QUIET_THREADS, HVDLITE_TEST_TOKEN=token),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = ""
-    while seen.count("STEP") < 2:
-        line = launcher.stdout.readline()
-        assert line, f"the job ended before both ranks committed: {seen[-3000:]}"
-        seen += line
+    seen = read_until(launcher, "STEP", 2, "both ranks committed")
     launcher.send_signal(signal.SIGTERM)
     output = seen + launcher.communicate(timeout=90)[0]
     assert launcher.returncode not in (0, None), output[-3000:]

@@ -11,6 +11,8 @@ import uuid
 
 import pytest
 
+from harness.processes import read_until
+
 import hvdlite
 import hvdlite.run
 from hvdlite.run import binding
@@ -389,11 +391,7 @@ _SLEEPS = """
 
 
 def _wait_until_both_ranks_are_up(launcher):
-    seen = ""
-    while seen.count("UP") < 2:
-        line = launcher.stdout.readline()
-        assert line, f"job ended before both ranks were up: {seen!r}"
-        seen += line
+    read_until(launcher, "UP", 2, "both ranks were up")
 
 
 def test_sigterm_to_the_launcher_ends_the_job_and_is_reported_in_the_exit_code(tmp_path):

@@ -9,7 +9,7 @@ import textwrap
 import time
 import uuid
 
-from harness.processes import QUIET_THREADS, run, venv_tool
+from harness.processes import QUIET_THREADS, read_until, run, venv_tool
 from hvdlite import mpich_leftovers
 
 RUNNING = """
@@ -59,11 +59,7 @@ def test_the_next_job_removes_what_a_killed_job_left_and_nothing_in_use(tmp_path
                                 str(go)], env=dict(os.environ, **QUIET_THREADS), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     try:
-        seen = ""
-        while seen.count("UP") < 2:
-            line = running.stdout.readline()
-            assert line, f"the running job ended early: {seen[-3000:]}"
-            seen += line
+        seen = read_until(running, "UP", 2, "the running job's ranks were up")
         in_use = _segments() - before
         assert in_use and in_use <= mpich_leftovers.mapped_segments(), in_use
         before_killed = _segments()

@@ -45,3 +45,14 @@ def assert_ran_ok(result, nranks, marker="WORKER OK"):
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"exit {result.returncode}\n{output[-6000:]}"
     assert output.count(marker) == nranks, output[-6000:]
+
+
+def read_until(process, marker, count, what):
+    """Reads a running process's output (a text pipe) until ``marker`` has appeared ``count`` times; returns what it
+    read. Fails, saying ``what`` was awaited, when the output ends first."""
+    seen = ""
+    while seen.count(marker) < count:
+        line = process.stdout.readline()
+        assert line, f"the output ended before {what}: {seen[-3000:]}"
+        seen += line
+    return seen
