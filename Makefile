@@ -78,9 +78,17 @@ IMAGE_BUILD_ARGS := --network host \
 	$(if $(PIP_FIND_LINKS),-v $(PIP_FIND_LINKS):$(PIP_FIND_LINKS):ro --build-arg PIP_FIND_LINKS=$(PIP_FIND_LINKS) \
 		--build-arg PIP_EXTRA_INDEX_URL=) \
 	$(if $(PIP_CERT),--build-arg PIP_CERT=$(PIP_CERT))
+# Each build would otherwise leave gigabytes behind on a disk that may be shared: podman keeps no intermediate layers
+# (--layers=false: no build cache, a rebuild starts from the base image), and the image a rebuild replaces, untagged
+# by it, is removed (unless a container still uses it).
+IMAGE_BUILD_FLAGS := $(if $(filter podman,$(CONTAINER)),--layers=false)
 image-cpu image-cuda: image-%:
 	$(if $(filter podman,$(CONTAINER)),bash docker/setup-podman.sh)
-	$(CONTAINER) build $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* .
+	@replaced=$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$* 2>/dev/null || true); \
+	echo "$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* ."; \
+	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* . || exit 1; \
+	if [ -n "$$replaced" ] && [ "$$replaced" != "$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$*)" ] \
+		&& $(CONTAINER) rmi "$$replaced" >/dev/null 2>&1; then echo "removed the image hvdlite:$* replaced"; fi
 	@$(CONTAINER) image inspect --format 'hvdlite:$* is {{.Size}} bytes' hvdlite:$*
 
 # In the CPU image, as its non-root user and without a network: the default command (the PyTorch example on 2
