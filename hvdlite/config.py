@@ -29,6 +29,16 @@ def _parse_non_negative_int(text):
     return value
 
 
+def _parse_positive_int(text):
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError("expected an integer >= 1")
+    return value
+
+
 def _parse_non_negative_float(text):
     try:
         value = float(text.strip())
@@ -176,6 +186,12 @@ SETTINGS = (
             "Tune fusion threshold and cycle time online", flag="--autotune"),
     Setting("autotune_log", "HVDLITE_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "", "path", _parse_text,
             "CSV file of autotune trials; empty for none", flag="--autotune-log-file", default_text="(none)"),
+    Setting("autotune_warmup_samples", "HVDLITE_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 2, "int",
+            _parse_non_negative_int, "Autotune: first samples measured but not used (start-up noise)",
+            flag="--autotune-warmup-samples"),
+    Setting("autotune_steps_per_sample", "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 20,
+            "int", _parse_positive_int, "Autotune: negotiation rounds that carried work, per sample of a setting",
+            flag="--autotune-steps-per-sample"),
     Setting("elastic_commit_dir", "HVDLITE_ELASTIC_COMMIT_DIR", None, "", "path", _parse_text,
             "Where each host keeps an elastic job's commits (hvdlite.elastic); {host} stands for the host's name",
             flag="--elastic-commit-dir", default_text="(tmp)/hvdlite-elastic-JOB"),
@@ -214,6 +230,8 @@ def to_native(ffi, settings=None):
     config.log_level = LOG_LEVELS.index(settings["log_level"])
     config.timeline_mark_cycles = int(settings["timeline_mark_cycles"])
     config.autotune = int(settings["autotune"])
+    config.autotune_warmup_samples = settings["autotune_warmup_samples"]
+    config.autotune_steps_per_sample = settings["autotune_steps_per_sample"]
     timeline_path = ffi.new("char[]", os.fsencode(settings["timeline_path"]))
     autotune_log = ffi.new("char[]", os.fsencode(settings["autotune_log"]))
     config.timeline_path = timeline_path

@@ -46,7 +46,8 @@ def test_autotuned_training_traffic_stays_correct_and_logs_its_trials():
     with open(os.environ["HVDLITE_AUTOTUNE_LOG"]) as f:
         rows = list(csv.DictReader(f))
     phases = [row["phase"] for row in rows]
-    assert phases[0] == "warmup" and "fusion" in phases and "cycle" in phases, phases
+    assert phases[:2] == ["warmup", "warmup"] and "fusion" in phases and "cycle" in phases, phases
+    assert {int(row["rounds"]) for row in rows if row["phase"] != "settled"} == {20}  # the default sample
     assert phases[-1] == "settled", phases
     tried = {int(row["fusion_threshold_bytes"]) for row in rows if row["phase"] == "fusion"}
     assert len(tried) >= 3, tried
@@ -54,6 +55,22 @@ def test_autotuned_training_traffic_stays_correct_and_logs_its_trials():
     settled = rows[-1]
     best = max((row for row in rows if row["phase"] in ("fusion", "cycle")), key=lambda r: float(r["bytes_per_second"]))
     assert int(settled["fusion_threshold_bytes"]) == int(best["fusion_threshold_bytes"]) or best["phase"] == "cycle"
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.timeout(120)
+@pytest.mark.hvd_env(HOROVOD_AUTOTUNE=1, HOROVOD_AUTOTUNE_LOG="{shared}/autotune.csv",
+                     HOROVOD_AUTOTUNE_WARMUP_SAMPLES=1, HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE=4)
+def test_warmup_samples_and_steps_per_sample_shape_the_trials():
+    # 60 steps settle with 4 work rounds a sample (the defaults, 2 warm-up samples of 20 rounds, would still be
+    # trying fusion thresholds then).
+    if train(60) != 0:
+        return
+    with open(os.environ["HOROVOD_AUTOTUNE_LOG"]) as f:
+        rows = list(csv.DictReader(f))
+    phases = [row["phase"] for row in rows]
+    assert phases.count("warmup") == 1 and phases[-1] == "settled", phases
+    assert {int(row["rounds"]) for row in rows if row["phase"] != "settled"} == {4}, rows
 
 
 @pytest.mark.ranks(2)

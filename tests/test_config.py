@@ -97,7 +97,8 @@ def test_to_native_fills_the_c_struct():
                                "HVDLITE_ALLREDUCE_ALGORITHM": "mpi", "HVDLITE_RING_SEGMENT_BYTES": "65536",
                                "HVDLITE_AUTO_RING_MIN_BYTES": "1", "HVDLITE_LOG_LEVEL": "info",
                                "HVDLITE_TIMELINE": "/tmp/timeline.json", "HVDLITE_TIMELINE_MARK_CYCLES": "1",
-                               "HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": "/tmp/tune.csv"})
+                               "HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": "/tmp/tune.csv",
+                               "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0", "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE": "3"})
     native, keepalive = config.to_native(ffi, settings)
     assert native.fusion_threshold_bytes == 4096
     assert native.cycle_time_ms == 0.5
@@ -112,6 +113,8 @@ def test_to_native_fills_the_c_struct():
     assert native.timeline_mark_cycles == 1
     assert native.autotune == 1
     assert ffi.string(native.autotune_log) == b"/tmp/tune.csv"
+    assert native.autotune_warmup_samples == 0
+    assert native.autotune_steps_per_sample == 3
     assert len(keepalive) == 2
 
 

@@ -88,6 +88,8 @@ typedef struct {
   const char *autotune_log;         /* CSV of autotune trials, NULL or "" for none */
   int64_t eager_max_bytes;          /* small all-reduces carried by the negotiation round; 0 disables */
   int32_t overlap;                  /* enum hvdlite_overlap */
+  int32_t autotune_warmup_samples;  /* autotune: first samples scored but not used */
+  int32_t autotune_steps_per_sample; /* autotune: negotiation rounds that carried work, per sample */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

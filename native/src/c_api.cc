@@ -76,6 +76,8 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.timeline_mark_cycles = c->timeline_mark_cycles != 0;
   s.autotune = c->autotune != 0;
   s.autotune_log = OrEmpty(c->autotune_log);
+  s.autotune_warmup_samples = std::max(0, c->autotune_warmup_samples);
+  s.autotune_steps_per_sample = std::max(1, c->autotune_steps_per_sample);
   std::string message;
   if (!Core::Get().Init(s, static_cast<const MPI_Comm *>(comm_address), &message)) {
     CopyError(message, error, error_len);

@@ -366,7 +366,8 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   autotuner_.reset();
   if (settings.autotune && t.rank == 0) {
     autotuner_ = std::make_unique<Autotuner>(settings.fusion_threshold_bytes, settings.cycle_time_ms,
-                                             settings.autotune_log);
+                                             settings.autotune_log, settings.autotune_steps_per_sample,
+                                             settings.autotune_warmup_samples);
   }
   if (t.rank == 0 && !settings.timeline_path.empty() &&
       !timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles)) {

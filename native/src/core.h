@@ -38,6 +38,8 @@ struct Settings {
   bool timeline_mark_cycles = false;
   bool autotune = false;
   std::string autotune_log;
+  int32_t autotune_warmup_samples = 2;
+  int32_t autotune_steps_per_sample = 20;
   int32_t overlap = HVDLITE_OVERLAP_AUTO;
 };
 
