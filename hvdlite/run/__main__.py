@@ -65,6 +65,8 @@ def main(argv=None):
     except (OSError, RuntimeError) as error:
         _log(str(error))
         return 2
+    for warning in args.config_warnings:
+        _log(warning)
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
     env = job_environment(args, os.environ)
     # Open MPI passes ranks on other hosts only the variables named (-x): the whole environment is, as hydra passes

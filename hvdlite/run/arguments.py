@@ -3,12 +3,13 @@ import argparse
 import shlex
 
 from .. import __version__, config
-from . import binding, start_watch
+from . import binding, config_file, start_watch
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
          "[--network-interface NAMES] [--bind-to auto|cpus|none] "
-         "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--mpi-args ARGS] "
+         "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--config-file FILE] "
+         "[--mpi-args ARGS] "
          "[--verbose] [--dry-run] COMMAND ...  |  hvdliterun --check-build  |  hvdliterun --version")
 
 
@@ -28,6 +29,9 @@ def _add_tuning_flags(parser):
             group.add_argument(setting.flag, dest=dest, metavar=unit, help=help_text)
     group.add_argument("--hierarchical-allreduce", dest="setting_allreduce_algorithm", action="store_const",
                        const="hierarchical", help="horovodrun's name for --allreduce-algorithm hierarchical")
+    group.add_argument("--config-file", dest="config_file", metavar="FILE",
+                       help="horovodrun's YAML file of these settings (sections params, autotune, timeline, "
+                            "stall_check, library_options, logging); a flag given here wins over the file")
 
 
 def _add_restart_flags(parser):
@@ -97,7 +101,8 @@ def make_parser():
 
 
 def parse_args(argv=None):
-    """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile) and .tuning_env (HVDLITE_* -> value)."""
+    """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile), .tuning_env (HVDLITE_* -> value, from the
+    tuning flags and --config-file) and .config_warnings (the file's keys that were ignored, and why)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.check_build:
@@ -128,6 +133,10 @@ def parse_args(argv=None):
         args.hosts = parse_host_list(args.hosts) if args.hosts else None
         args.hostfile = read_hostfile(args.hostfile) if args.hostfile else None
         args.tuning_env = tuning_env(args)
+        args.config_warnings = []
+        if args.config_file:
+            file_env, args.config_warnings = config_file.read(args.config_file)
+            args.tuning_env = {**file_env, **args.tuning_env}
     except (OSError, ValueError) as error:
         parser.error(str(error))
     return args
