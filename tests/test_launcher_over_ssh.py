@@ -68,6 +68,31 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
     assert values[0]["MY_SETTING"] == "seven" and values[0]["OMP_NUM_THREADS"] == "1"
 
 
+def test_output_files_of_ranks_on_other_hosts(tmp_path):
+    """--output-filename: each rank's files are written on its own host (these share this machine's files, as hosts
+    share a home directory), under the launcher's folder, made absolute where the launcher runs."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "job.py").write_text(textwrap.dedent("""
+        import socket, sys
+        from mpi4py import MPI
+        print(f"rank {MPI.COMM_WORLD.rank} on {socket.gethostname()}", flush=True)
+        print(f"rank {MPI.COMM_WORLD.rank} complains", file=sys.stderr, flush=True)
+    """))
+    with SimulatedHosts(3) as hosts:
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "-np", "4",
+                                  "-H", "h1:2,h2:2", "--output-filename", "logs", sys.executable,
+                                  str(tmp_path / "job.py")],
+                           timeout=120, env=dict(os.environ, **QUIET_THREADS), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    for rank, host in enumerate(("h1", "h1", "h2", "h2")):
+        folder = tmp_path / "logs" / f"rank.{rank}"
+        assert (folder / "stdout").read_text() == f"rank {rank} on {host}\n"
+        assert (folder / "stderr").read_text() == f"rank {rank} complains\n"
+        assert f"rank {rank} on {host}" in result.stdout
+
+
 def test_verbose_says_where_each_rank_runs_also_past_the_slots(tmp_path):
     """5 ranks on -H h1:2,h2:1: hydra deals the two beyond the slots out in turn, Open MPI spreads them evenly; what
     --verbose says is where each rank ran."""

@@ -4,7 +4,7 @@ import re
 import shlex
 import sys
 
-from . import binding
+from . import binding, rank_output
 from .arguments import parse_args
 from .command import abort_on_exception, build_command
 from .commit_removal import remove_commits
@@ -68,6 +68,8 @@ def main(argv=None):
     for warning in args.config_warnings:
         _log(warning)
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
+    if args.output_filename:
+        program = rank_output.wrap(args.output_filename, program)
     env = job_environment(args, os.environ)
     # Open MPI passes ranks on other hosts only the variables named (-x): the whole environment is, as hydra passes
     # it, and those the launcher itself sets on mpiexec (where commits are, which start this is, where it listens).

@@ -9,7 +9,7 @@ from .hosts import parse_host_list, read_hostfile
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
          "[--network-interface NAMES] [--bind-to auto|cpus|none] "
          "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--config-file FILE] "
-         "[--mpi-args ARGS] "
+         "[--output-filename DIR] [--mpi-args ARGS] "
          "[--verbose] [--dry-run] COMMAND ...  |  hvdliterun --check-build  |  hvdliterun --version")
 
 
@@ -89,6 +89,9 @@ def make_parser():
     parser.add_argument("--mpi-args", dest="mpi_args", default="", metavar="ARGS",
                         help="further options for mpiexec, as one string (e.g. \"-genv FI_PROVIDER tcp\" for hydra, "
                              "\"--mca btl self,tcp\" for Open MPI), placed before the command")
+    parser.add_argument("--output-filename", dest="output_filename", metavar="DIR",
+                        help="also write each rank's stdout and stderr to DIR/rank.N/stdout and DIR/rank.N/stderr, "
+                             "on the host the rank runs on (a restarted job adds to them)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print the mpiexec command before running it")
     parser.add_argument("--version", action="version", version=f"hvdliterun {__version__}",
                         help="print hvdlite's version and exit")

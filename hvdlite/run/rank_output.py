@@ -1,0 +1,129 @@
+"""hvdliterun --output-filename DIR: each rank's stdout and stderr also go to DIR/rank.N/stdout and DIR/rank.N/stderr
+(horovodrun's layout: N zero-padded to the width of the largest rank), on the host the rank runs on, as MPI's own
+output files are; the console shows the same output as without the flag.
+
+The launcher runs each rank's command as `python -m hvdlite.run.rank_output DIR COMMAND...`. That process makes
+two pipes, leaves a copier process behind that writes what comes through them to the files and to where the
+output went before, and then becomes the rank's program (exec): the program keeps the process MPI started, so
+signals, the exit code and MPI's view of the rank are unchanged. The copier ends when the pipes close, that is when
+the program and whatever it started have ended; it ignores the signals that stop a job, so that a rank's last
+words (a traceback on SIGTERM) still reach the files.
+"""
+import os
+import selectors
+import signal
+import sys
+
+from ..logging import launcher_rank
+from .elastic_variables import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
+
+# Set with the rank by the MPI launchers hvdliterun drives (hydra, Open MPI), before MPI starts.
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+
+
+def wrap(directory, command):
+    """The command a rank runs so that its output also goes to directory (made absolute here: ranks may start
+    elsewhere)."""
+    return [sys.executable, "-m", "hvdlite.run.rank_output", os.path.abspath(directory), *command]
+
+
+def padded_rank(rank, size):
+    """horovodrun's spelling: rank 3 of 12 is '03'."""
+    return str(rank).zfill(len(str(max(size - 1, 0))))
+
+
+def rank_folder(directory, environ):
+    rank = launcher_rank(environ)
+    if rank is None:
+        raise RuntimeError("--output-filename: no rank in the environment (PMI_RANK or OMPI_COMM_WORLD_RANK): "
+                           "this command is meant to be started by hvdliterun's mpiexec")
+    size = next((int(environ[v]) for v in _SIZE_VARIABLES if environ.get(v, "").strip().isdigit()), int(rank) + 1)
+    return os.path.join(directory, f"rank.{padded_rank(int(rank), size)}")
+
+
+def _copy(sources):
+    """Copies each readable fd to its (file fd, console fd) pairs until every source is closed."""
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_IGN)
+    selector = selectors.DefaultSelector()
+    for source, targets in sources.items():
+        selector.register(source, selectors.EVENT_READ, targets)
+    console_open = {targets[1]: True for targets in sources.values()}
+    while selector.get_map():
+        for key, _ in selector.select():
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                continue
+            file_fd, console_fd = key.data
+            _write_all(file_fd, chunk)
+            if console_open[console_fd]:
+                try:
+                    _write_all(console_fd, chunk)
+                except OSError:  # the console went away (mpiexec ended): the file still gets everything
+                    console_open[console_fd] = False
+
+
+def _close_all_but(keep):
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed already
+                pass
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2:
+        print("usage: python -m hvdlite.run.rank_output DIR COMMAND...", file=sys.stderr)
+        return 2
+    directory, command = argv[0], argv[1:]
+    try:
+        folder = rank_folder(directory, os.environ)
+        os.makedirs(folder, exist_ok=True)
+        mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if os.environ.get(RESTART_VARIABLE, "0") != "0"
+                                           else os.O_TRUNC)
+        files = [os.open(os.path.join(folder, name), mode, 0o644) for name in ("stdout", "stderr")]
+    except (OSError, RuntimeError, ValueError) as error:
+        print(f"hvdliterun --output-filename: {error}", file=sys.stderr, flush=True)
+        return 1
+    pipes = [os.pipe(), os.pipe()]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Two forks, so that the copier is nobody's child once this process becomes the program (a program waiting
+    # for "any child" never sees it).
+    first = os.fork()
+    if first == 0:
+        if os.fork() == 0:
+            try:
+                # Only what it copies from and to: a descriptor MPI handed the rank (hydra's PMI socket) stays
+                # the program's alone.
+                _close_all_but({1, 2, pipes[0][0], pipes[1][0], *files})
+                _copy({pipes[0][0]: (files[0], 1), pipes[1][0]: (files[1], 2)})
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.waitpid(first, 0)
+    for (read_end, write_end), target, file_fd in zip(pipes, (1, 2), files):
+        os.dup2(write_end, target)
+        os.close(write_end)
+        os.close(read_end)
+        os.close(file_fd)
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        print(f"hvdliterun: cannot run {command[0]}: {error.strerror}", file=sys.stderr, flush=True)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
