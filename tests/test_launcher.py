@@ -17,10 +17,11 @@ import hvdlite
 import hvdlite.run
 from hvdlite.run import binding
 from hvdlite.run.arguments import parse_args
-from hvdlite.run.command import abort_on_exception, build_command
+from hvdlite.run.command import abort_on_exception, build_command, ssh_variables
 from hvdlite.run.hosts import Host, parse_host_list, rank_placement, read_hostfile
 from hvdlite.run.job import processes_with_environment
 from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
+from hvdlite.run.reachability import launcher_probe
 
 PYTHON = sys.executable
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.run.__file__))))
@@ -202,6 +203,32 @@ def test_binding_is_spelled_for_hydra_and_open_mpi():
     assert binding.binding_arguments(OPENMPI, off) == ["--bind-to", "none"]
     argv = build_command(HYDRA, "mpiexec", 2, ["prog"], binding=binding.binding_arguments(HYDRA, local))
     assert argv == ["mpiexec", "-n", "2", "-bind-to", "user:0+1,2+3", "prog"]
+
+
+def test_ssh_port_and_key_reach_each_mpis_ssh_and_the_host_check(tmp_path):
+    key = tmp_path / "id_test"
+    key.write_text("not read here")
+    args = parse_args(["-np", "2", "-H", "a:1,b:1", "-p", "2222", "-i", str(key), "prog"])
+    assert args.ssh_args == ["-p", "2222", "-i", str(key)]
+    assert ssh_variables(HYDRA, args.ssh_args) == {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-p 2222 -i {key}"}
+    assert ssh_variables(OPENMPI, args.ssh_args) == {} and ssh_variables(HYDRA, []) == {}
+    argv = build_command(OPENMPI, "mpirun", 2, ["prog"], ssh_args=args.ssh_args)
+    assert argv[argv.index("plm_ssh_args") - 1:argv.index("plm_ssh_args") + 2] == [
+        "--prtemca", "plm_ssh_args", f"-p 2222 -i {key}"]
+    assert "-p" not in build_command(HYDRA, "mpiexec", 2, ["prog"], ssh_args=args.ssh_args)  # hydra: environment
+    assert launcher_probe(None, "a", args.ssh_args)[-6:] == ["-p", "2222", "-i", str(key), "a", "true"]
+    assert launcher_probe("/bin/rsh-like", "a", args.ssh_args) == ["/bin/rsh-like", "-p", "2222", "-i", str(key),
+                                                                   "a", "true"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["-p", "0"], "--ssh-port 0: not a port number"), (["-p", "70000"], "--ssh-port 70000: not a port number"),
+    (["-i", "/no/such/key"], "--ssh-identity-file /no/such/key: no such file")])
+def test_bad_ssh_port_or_key_is_a_usage_error(capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["-np", "2", *flags, "prog"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_bad_bind_to_is_a_usage_error(capsys):

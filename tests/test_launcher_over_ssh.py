@@ -19,6 +19,8 @@ import pytest
 from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
+from harness.ssh_servers import SshServers
+from harness.ssh_servers import missing as ssh_missing
 from hvdlite.run.mpiexec import OPENMPI, detect_flavour, find_mpiexec
 
 GIVEN_UP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_workers", "given_up.py")
@@ -66,6 +68,29 @@ def test_ranks_on_other_hosts_get_the_settings_and_the_launchers_variables(tmp_p
     assert all(got == values[0] for got in values), values  # the same job, the same start, the same launcher
     assert values[0]["HVDLITE_CYCLE_TIME"] == "3" and values[0]["HVDLITE_ELASTIC_RESTART"] == "0"
     assert values[0]["MY_SETTING"] == "seven" and values[0]["OMP_NUM_THREADS"] == "1"
+
+
+def test_ranks_start_through_real_ssh_servers_on_a_port_and_key_of_their_own(tmp_path):
+    """horovodrun's -p PORT and -i KEY: OpenSSH's sshd on h1 and h2 listens on port 2222 only and lets in only the
+    test's key. Without -p the launcher's host check names the refused port and nothing starts; with -p and -i the
+    ranks start on both hosts through ssh itself and all-reduce correctly."""
+    problem = available() or ssh_missing()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts with ssh servers: {problem}")
+    (tmp_path / "job.py").write_text(textwrap.dedent(JOB))
+    job = [sys.executable, str(tmp_path / "job.py"), str(tmp_path)]
+    env = dict(os.environ, **QUIET_THREADS)
+    with SimulatedHosts(3) as hosts, SshServers(hosts, ["h1", "h2"], client="h3", port=2222) as ssh:
+        refused = hosts.run("h3", [venv_tool("hvdliterun"), "-np", "2", "-H", "h1:1,h2:1", *job],
+                            timeout=60, env=env, cwd=str(tmp_path))
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "-p", "2222", "-i", ssh.key, "-np", "4",
+                                  "-H", "h1:2,h2:2", *job], timeout=120, env=env, cwd=str(tmp_path))
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    assert "host 'h1' is unreachable" in refused.stdout and "port 22: Connection refused" in refused.stdout
+    assert result.returncode == 0, result.stdout[-6000:]
+    seen = [(tmp_path / f"rank{rank}").read_text().split()[:5] for rank in range(4)]
+    assert seen == [["0", "h1", "0/2", "0/2", "True"], ["1", "h1", "1/2", "0/2", "True"],
+                    ["2", "h2", "0/2", "1/2", "True"], ["3", "h2", "1/2", "1/2", "True"]]
 
 
 def test_output_files_of_ranks_on_other_hosts(tmp_path):

@@ -6,7 +6,7 @@ import sys
 
 from . import binding, rank_output
 from .arguments import parse_args
-from .command import abort_on_exception, build_command
+from .command import abort_on_exception, build_command, ssh_variables
 from .commit_removal import remove_commits
 from .elastic import Supervisor
 from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
@@ -48,7 +48,7 @@ def describe_hosts(hosts, args, out, flavour):
     """One line per host: its ranks, and how its processes are started."""
     local = this_host_names()  # once: getfqdn may ask a name server
     for name, ranks in rank_placement(hosts, args.num_proc, spread_extra=flavour == OPENMPI).items():
-        launcher = args.launcher_exec or "ssh"
+        launcher = shlex.join([args.launcher_exec or "ssh", *args.ssh_args])
         how = "this host" if is_this_host(name, local) else f"started through `{launcher} {name} ...`"
         print(f"hvdliterun: {name}: ranks {', '.join(map(str, ranks)) or 'none'} ({how})", file=out, flush=True)
 
@@ -76,25 +76,28 @@ def main(argv=None):
     forward = sorted({n for n in os.environ if not _NOT_FORWARDED.fullmatch(n)} | set(launcher_variables(args))) \
         if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
+    launch_env = dict(os.environ, **env, **ssh_variables(flavour, args.ssh_args))  # mpiexec's own
 
     def command_for(chosen_hosts, num_proc, hostfile=None, what=program):
         placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
         return build_command(flavour, mpiexec, num_proc, what, env=env, hosts=None if hostfile else chosen_hosts,
                              hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
                              binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec,
-                             interfaces=args.interfaces, mpi_args=args.mpi_args)
+                             interfaces=args.interfaces, mpi_args=args.mpi_args, ssh_args=args.ssh_args)
     if args.host_discovery_script:
-        return Supervisor(args, command_for, dict(os.environ, **env), _log).run()
+        return Supervisor(args, command_for, launch_env, _log).run()
     argv = command_for(args.hosts, args.num_proc, args.hostfile)
     if args.verbose or args.dry_run:
         out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
-        print(shlex.join(argv), file=out, flush=True)
+        variables = ssh_variables(flavour, args.ssh_args)
+        print(" ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()] + [shlex.join(argv)]),
+              file=out, flush=True)
         if hosts:
             describe_hosts(hosts, args, out, flavour)
     if args.dry_run:
         return 0
     if hosts and args.host_check:
-        problems = unreachable_hosts([host.name for host in hosts], args.launcher_exec)
+        problems = unreachable_hosts([host.name for host in hosts], args.launcher_exec, ssh_args=args.ssh_args)
         for problem in problems:
             _log(problem)
         if problems:
@@ -103,8 +106,8 @@ def main(argv=None):
     if args.max_restarts:
         # The job on its hosts each time; another program (the removal of its commits) on the hosts given.
         return Supervisor(args, lambda placed_hosts, num_proc, what=program: argv if what is program else
-                          command_for(placed_hosts, num_proc, what=what), dict(os.environ, **env), _log).run()
-    return run_once(args, argv, dict(os.environ, **env), command_for)
+                          command_for(placed_hosts, num_proc, what=what), launch_env, _log).run()
+    return run_once(args, argv, launch_env, command_for)
 
 
 def run_once(args, argv, env, command_for):
@@ -116,7 +119,7 @@ def run_once(args, argv, env, command_for):
                       start_timeout=args.start_timeout)
     if outcome.code != 0 and COMMITTED in outcome.reports:
         hosts = args.hosts or (args.hostfile.hosts if args.hostfile else [])
-        remove_commits(job, [host.name for host in hosts], env, command_for, args.launcher_exec, _log)
+        remove_commits(job, [host.name for host in hosts], env, command_for, args.launcher_exec, _log, args.ssh_args)
     return outcome.code
 
 

@@ -1,12 +1,14 @@
 """hvdliterun's command line. Tuning flags come from the configuration table (hvdlite.config.SETTINGS)."""
 import argparse
+import os
 import shlex
 
 from .. import __version__, config
 from . import binding, config_file, start_watch
 from .hosts import parse_host_list, read_hostfile
 
-USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [--launcher-exec PROGRAM] [--no-host-check] "
+USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [-p PORT] [-i KEY] [--launcher-exec PROGRAM] "
+         "[--no-host-check] "
          "[--network-interface NAMES] [--bind-to auto|cpus|none] "
          "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--config-file FILE] "
          "[--output-filename DIR] [--mpi-args ARGS] "
@@ -70,6 +72,10 @@ def make_parser():
     parser.add_argument("--launcher-exec", dest="launcher_exec", metavar="PROGRAM",
                         help="program that starts processes on the other hosts, called as ssh would be "
                              "(PROGRAM HOST COMMAND...); default: ssh")
+    parser.add_argument("-p", "--ssh-port", dest="ssh_port", type=int, metavar="PORT",
+                        help="the port of the other hosts' ssh servers (ssh's -p; also given to --launcher-exec)")
+    parser.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file", metavar="FILE",
+                        help="the private key ssh logs in to the other hosts with (ssh's -i)")
     parser.add_argument("--no-host-check", dest="host_check", action="store_false",
                         help="do not check that every other host resolves and answers through the launcher "
                              "before starting (each within 10 s, all at once)")
@@ -130,6 +136,7 @@ def parse_args(argv=None):
         parser.error("--start-timeout must be at least 0")
     if args.max_restarts < 0:
         parser.error("--max-restarts must be at least 0")
+    args.ssh_args = _ssh_args(parser, args)
     if not args.command:
         parser.error("no command given, e.g. hvdliterun -np 2 python train.py")
     try:
@@ -143,6 +150,24 @@ def parse_args(argv=None):
     except (OSError, ValueError) as error:
         parser.error(str(error))
     return args
+
+
+def _ssh_args(parser, args):
+    """ssh's options for -p/-i, as hydra (which splits them at spaces) and Open MPI pass them on."""
+    ssh_args = []
+    if args.ssh_port is not None:
+        if not 0 < args.ssh_port < 65536:
+            parser.error(f"--ssh-port {args.ssh_port}: not a port number (1-65535)")
+        ssh_args += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        path = os.path.abspath(os.path.expanduser(args.ssh_identity_file))
+        if not os.path.isfile(path):
+            parser.error(f"--ssh-identity-file {args.ssh_identity_file}: no such file")
+        if any(character.isspace() for character in path):
+            parser.error(f"--ssh-identity-file {path}: MPI passes ssh's options split at spaces, so the key's "
+                         "path may hold none")
+        ssh_args += ["-i", path]
+    return ssh_args
 
 
 def tuning_env(args):

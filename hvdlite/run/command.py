@@ -50,6 +50,12 @@ def _open_mpi_mapping(binding):
     return ["--map-by", "slot:OVERSUBSCRIBE", *binding]
 
 
+def ssh_variables(flavour, ssh_args):
+    """Variables for mpiexec itself (not the ranks) that give ssh, or the launcher program, the options ssh_args
+    (-p PORT, -i FILE): hydra reads them from HYDRA_LAUNCHER_EXTRA_ARGS (Open MPI from an option: build_command)."""
+    return {"HYDRA_LAUNCHER_EXTRA_ARGS": " ".join(ssh_args)} if flavour == HYDRA and ssh_args else {}
+
+
 def interface_variables(interfaces):
     """Variables that keep the ranks' traffic to the network interfaces named: MPICH's over libfabric's TCP
     providers (which take one), over UCX, and NCCL's between hosts."""
@@ -61,7 +67,7 @@ def interface_variables(interfaces):
 
 
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
-                  run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=()):
+                  run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=(), ssh_args=()):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
 
     hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
@@ -69,6 +75,8 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
     hosts by itself; hydra does). run_as_root: Open MPI refuses root without --allow-run-as-root.
     binding: mpiexec options that bind the ranks to CPUs (binding.binding_arguments), after the process count.
     launcher_exec: the program that starts processes on other hosts in ssh's place (called as ssh would be).
+    ssh_args: options for ssh or that program (-p PORT, -i FILE); hydra takes them from mpiexec's environment
+    (ssh_variables), Open MPI here.
     interfaces: the network interfaces the job's traffic (its launch included) may use; none: MPI's choice.
     mpi_args: further mpiexec options, placed last before the program.
     """
@@ -94,6 +102,8 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
             argv.append("--allow-run-as-root")
         if launcher_exec:
             argv += ["--mca", "plm_rsh_agent", launcher_exec]
+        if ssh_args:
+            argv += ["--prtemca", "plm_ssh_args", " ".join(ssh_args)]
         if interfaces:
             # The ranks' TCP traffic, and the runtime's own (its daemons' connections to mpiexec).
             argv += ["--mca", "btl_tcp_if_include", ",".join(interfaces),

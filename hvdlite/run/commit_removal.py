@@ -15,7 +15,7 @@ from .reachability import host_problems
 REMOVAL_SECONDS = 60.0  # the most the removal may take, on all the job's hosts at once
 
 
-def remove_commits(job, host_names, env, build_argv, launcher_exec, log):
+def remove_commits(job, host_names, env, build_argv, launcher_exec, log, ssh_args=()):
     """Removes job ``job``'s commits on the hosts named (none: this host), through mpiexec as the job was started
     (``build_argv(hosts or None, num_proc, what=program)``), with the ranks' environment ``env``."""
     kept = commit_folders.configured(env)
@@ -24,7 +24,7 @@ def remove_commits(job, host_names, env, build_argv, launcher_exec, log):
             f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
         return
     # Only hosts that answer: mpiexec would wait for the others.
-    lost = host_problems(host_names, launcher_exec)
+    lost = host_problems(host_names, launcher_exec, ssh_args=ssh_args)
     hosts = [Host(name, 1) for name in host_names if name not in lost]
     if host_names and not hosts:
         return

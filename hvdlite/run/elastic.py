@@ -116,7 +116,7 @@ class Supervisor:
                 signal.signal(sig, handler)
         if code != 0 and COMMITTED in self.reports:
             remove_commits(self.job, [name for name in self.ran_on if not self.blacklist.excludes(name)], self.env,
-                           self.build_argv, self.args.launcher_exec, self.log)
+                           self.build_argv, self.args.launcher_exec, self.log, self.args.ssh_args)
         return code
 
     def _told_to_stop(self, signum, _frame):
@@ -230,7 +230,8 @@ class Supervisor:
                 return
 
     def _blacklist_unreachable(self, hosts):
-        lost = list(host_problems([h.name for h in hosts or []], self.args.launcher_exec))
+        lost = list(host_problems([h.name for h in hosts or []], self.args.launcher_exec,
+                                  ssh_args=self.args.ssh_args))
         for name in lost:
             self.blacklist.add(name)
         return lost

@@ -23,19 +23,21 @@ def is_this_host(name, local_names=None):
     return name in (local_names if local_names is not None else this_host_names())
 
 
-def launcher_probe(launcher_exec, host):
-    """argv that runs `true` on host the way mpiexec will start its proxy there (ssh unless a launcher is given)."""
+def launcher_probe(launcher_exec, host, ssh_args=()):
+    """argv that runs `true` on host the way mpiexec will start its proxy there (ssh unless a launcher is given;
+    ssh_args, such as -p PORT, go to either)."""
     if launcher_exec:
-        return [launcher_exec, host, "true"]
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(CHECK_SECONDS) // 2}", host, "true"]
+        return [launcher_exec, *ssh_args, host, "true"]
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(CHECK_SECONDS) // 2}", *ssh_args, host,
+            "true"]
 
 
-def _problem(host, launcher_exec, timeout):
+def _problem(host, launcher_exec, timeout, ssh_args):
     try:
         socket.getaddrinfo(host, None)
     except OSError as error:
         return f"host {host!r} does not resolve ({error.strerror or error}): is the name spelled right?"
-    argv = launcher_probe(launcher_exec, host)
+    argv = launcher_probe(launcher_exec, host, ssh_args)
     try:
         result = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, timeout=timeout)
@@ -49,17 +51,17 @@ def _problem(host, launcher_exec, timeout):
     return None
 
 
-def unreachable_hosts(names, launcher_exec=None, timeout=CHECK_SECONDS):
+def unreachable_hosts(names, launcher_exec=None, timeout=CHECK_SECONDS, ssh_args=()):
     """[problem text] for every host other than this one that does not resolve or that the launcher cannot reach."""
-    return list(host_problems(names, launcher_exec, timeout).values())
+    return list(host_problems(names, launcher_exec, timeout, ssh_args).values())
 
 
-def host_problems(names, launcher_exec=None, timeout=CHECK_SECONDS):
+def host_problems(names, launcher_exec=None, timeout=CHECK_SECONDS, ssh_args=()):
     """{host: problem text} for the hosts other than this one that do not resolve or answer through the launcher."""
     local = this_host_names()
     remote = [name for name in dict.fromkeys(names) if not is_this_host(name, local)]
     if not remote:
         return {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(remote))) as pool:
-        problems = pool.map(lambda host: _problem(host, launcher_exec, timeout), remote)
+        problems = pool.map(lambda host: _problem(host, launcher_exec, timeout, ssh_args), remote)
     return {host: problem for host, problem in zip(remote, problems) if problem}
