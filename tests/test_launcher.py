@@ -492,3 +492,89 @@ def test_every_report_sent_before_the_job_ends_is_heard():
     assert heard == [COMMITTED] * 40 + ["starting 7"]
     assert not tell_launcher(COMMITTED, environ), "the port still answers after close"
     assert not tell_launcher(COMMITTED, {}), "told a launcher that does not exist"
+
+
+# ---- horovodrun's command lines (parsing only: our own mapping) ----
+
+# Every flag of horovodrun (horovod/runner/launch.py), each with a value where it takes one, but -v (horovodrun's
+# --version; hvdliterun's -v is --verbose), -cb and --check-build (which end the parse), and --gloo and --jsrun
+# (refused, below).
+HOROVODRUN_FLAGS = [
+    ["--disable-cache"], ["--start-timeout", "30"], ["--network-interfaces", "eth0,eth1"],
+    ["--network-interface", "eth0"], ["--output-filename", "logs"], ["--verbose"], ["--config-file", "{config}"],
+    ["-p", "2222"], ["--ssh-port", "2222"], ["-i", "{key}"], ["--ssh-identity-file", "{key}"],
+    ["--fusion-threshold-mb", "32"], ["--cycle-time-ms", "2"], ["--cache-capacity", "512"],
+    ["--hierarchical-allreduce"], ["--hierarchical-allgather"], ["--no-hierarchical-allgather"], ["--autotune"],
+    ["--no-autotune"], ["--autotune-log-file", "tune.csv"], ["--autotune-warmup-samples", "3"],
+    ["--autotune-steps-per-sample", "10"], ["--autotune-bayes-opt-max-samples", "20"],
+    ["--autotune-gaussian-process-noise", "0.8"], ["--min-np", "2"], ["--min-num-proc", "2"], ["--max-np", "4"],
+    ["--max-num-proc", "4"], ["--slots-per-host", "2"], ["--elastic-timeout", "600"], ["--reset-limit", "3"],
+    ["--blacklist-cooldown-range", "10", "100"], ["--timeline-filename", "t.json"], ["--timeline-mark-cycles"],
+    ["--no-timeline-mark-cycles"], ["--no-stall-check"], ["--stall-check"],
+    ["--stall-check-warning-time-seconds", "60"], ["--stall-check-shutdown-time-seconds", "120"],
+    ["--mpi-threads-disable"], ["--no-mpi-threads-disable"], ["--mpi-args", "-genv X 1"], ["--tcp"],
+    ["--binding-args", "-bind-to core"], ["--num-nccl-streams", "2"], ["--thread-affinity", "1"],
+    ["--gloo-timeout-seconds", "30"], ["--log-level", "INFO"], ["--log-with-timestamp"], ["--log-without-timestamp"],
+    ["-prefix-timestamp"], ["--prefix-output-with-timestamp"], ["--log-hide-timestamp"], ["--no-log-hide-timestamp"],
+    ["-H", "a:2"], ["-hostfile", "{hostfile}"], ["--hostfile", "{hostfile}"], ["--mpi"],
+]
+
+
+@pytest.mark.parametrize("flag", HOROVODRUN_FLAGS, ids=lambda flag: flag[0])
+def test_every_horovodrun_flag_is_taken(tmp_path, flag):
+    files = {"config": tmp_path / "c.yaml", "key": tmp_path / "id_key", "hostfile": tmp_path / "hosts"}
+    files["config"].write_text("params:\n  cycle_time_ms: 3\n")
+    files["key"].write_text("")
+    files["hostfile"].write_text("a slots=2\n")
+    given = [word.format(**files) for word in flag]
+    args = parse_args(["-np", "2", *given, "python", "train.py"])
+    assert args.command == ["python", "train.py"]
+
+
+def test_horovodruns_names_set_hvdlites_settings():
+    args = parse_args(["-np", "2", "--stall-check-warning-time-seconds", "9", "--stall-check-shutdown-time-seconds",
+                       "30", "--no-autotune", "--stall-check", "--no-timeline-mark-cycles", "--min-num-proc", "2",
+                       "--max-num-proc", "4", "--host-discovery-script", "./discover.sh", "--network-interfaces",
+                       "eth0,eth1", "--network-interface", "ib0", "--network-interface", "eth0", "python", "t.py"])
+    assert args.tuning_env == {"HVDLITE_STALL_CHECK_TIME_SECONDS": "9", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "30",
+                               "HVDLITE_AUTOTUNE": "0", "HVDLITE_STALL_CHECK_DISABLE": "0",
+                               "HVDLITE_TIMELINE_MARK_CYCLES": "0"}
+    assert (args.min_np, args.max_np) == (2, 4)
+    assert args.interfaces == ["eth0", "eth1", "ib0"]
+    assert args.warnings == []
+
+
+def test_horovodrun_flags_hvdlite_has_no_use_for_are_reported_with_the_reason():
+    args = parse_args(["-np", "2", "--num-nccl-streams", "2", "--hierarchical-allgather", "-prefix-timestamp",
+                       "--num-nccl-streams", "4", "--mpi", "--disable-cache", "python", "t.py"])
+    assert [warning.split(" ignored: ")[0] for warning in args.warnings] == [
+        "--num-nccl-streams", "--hierarchical-allgather", "-prefix-timestamp"]
+    assert all(warning.split(" ignored: ")[1] for warning in args.warnings)
+    assert args.tuning_env == {}
+
+
+@pytest.mark.parametrize("flag, message", [("--gloo", "hvdlite runs on MPI only"),
+                                           ("--jsrun", "start the job with jsrun itself")])
+def test_horovodrun_controllers_hvdlite_cannot_use_are_refused(capsys, flag, message):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["-np", "2", flag, "python", "t.py"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_binding_args_replace_hvdlites_binding(capsys):
+    args = parse_args(["-np", "2", "--binding-args", "-bind-to core -map-by socket", "python", "t.py"])
+    assert args.bind_to == binding.NONE and args.mpi_args == ["-bind-to", "core", "-map-by", "socket"]
+    with pytest.raises(SystemExit):
+        parse_args(["-np", "2", "--bind-to", "cpus", "--binding-args", "-bind-to core", "python", "t.py"])
+    assert "either --bind-to or --binding-args" in capsys.readouterr().err
+
+
+def test_tcp_asks_the_ranks_for_tcp_unless_the_user_chose(monkeypatch):
+    from hvdlite.run.__main__ import job_environment
+    args = parse_args(["-np", "2", "--tcp", "python", "t.py"])
+    assert job_environment(args, {"UCX_TLS": "self,tcp"}) == {"OMP_NUM_THREADS": "1", "FI_PROVIDER": "tcp",
+                                                              "NCCL_IB_DISABLE": "1"}
+    argv = build_command(OPENMPI, "mpirun", 2, ["prog"], tcp_only=True)
+    assert argv[argv.index("pml"):argv.index("pml") + 4] == ["pml", "ob1", "--mca", "btl"]
+    assert argv[argv.index("btl") + 1] == "self,sm,tcp"

@@ -79,12 +79,12 @@ def test_every_horovodrun_key_sets_its_variable_or_is_reported_ignored(tmp_path)
         "HVDLITE_TIMELINE_MARK_CYCLES": "1", "HVDLITE_STALL_CHECK_DISABLE": "1",
         "HVDLITE_STALL_CHECK_TIME_SECONDS": "120", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "240",
         "HVDLITE_LOG_LEVEL": "INFO"}
-    ignored = sorted(warning.split(": ")[1].split(" ignored")[0] for warning in args.config_warnings)
+    ignored = sorted(warning.split(": ")[1].split(" ignored")[0] for warning in args.warnings)
     assert ignored == sorted(["params.hierarchical_allgather", "autotune.bayes_opt_max_samples",
                               "autotune.gaussian_process_noise", "library_options.mpi_threads_disable",
                               "library_options.num_nccl_streams", "library_options.ccl_bgt_affinity",
                               "library_options.gloo_timeout_seconds", "logging.hide_timestamp"])
-    assert all(" ignored: " in warning and warning.split(" ignored: ")[1] for warning in args.config_warnings)
+    assert all(" ignored: " in warning and warning.split(" ignored: ")[1] for warning in args.warnings)
 
 
 def test_a_flag_given_on_the_command_line_wins_over_the_file(tmp_path):
@@ -100,7 +100,7 @@ def test_a_flag_given_on_the_command_line_wins_over_the_file(tmp_path):
                        "python", "t.py"])
     assert args.tuning_env == {"HVDLITE_FUSION_THRESHOLD": str(32 << 20), "HVDLITE_CYCLE_TIME": "2.5",
                                "HVDLITE_ALLREDUCE_ALGORITHM": "ring", "HVDLITE_STALL_CHECK_DISABLE": "0"}
-    assert args.config_warnings == []
+    assert args.warnings == []
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -130,7 +130,7 @@ def test_a_missing_file_is_a_usage_error(tmp_path, capsys):
 
 def test_an_empty_file_sets_nothing(tmp_path):
     args = parse_args(["-np", "2", "--config-file", _config(tmp_path, ""), "python", "t.py"])
-    assert args.tuning_env == {} and args.config_warnings == []
+    assert args.tuning_env == {} and args.warnings == []
 
 
 # ---- a real job ----

@@ -93,6 +93,34 @@ def test_ranks_start_through_real_ssh_servers_on_a_port_and_key_of_their_own(tmp
                     ["2", "h2", "0/2", "1/2", "True"], ["3", "h2", "1/2", "1/2", "True"]]
 
 
+def test_tcp_only_jobs_run_across_hosts(tmp_path):
+    """horovodrun's --tcp: the ranks are asked for TCP between hosts (hydra's by variables, Open MPI's by its
+    transport options) and all-reduce correctly across two hosts that way."""
+    problem = available()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts: {problem}")
+    (tmp_path / "job.py").write_text(textwrap.dedent("""
+        import os, sys
+        import numpy as np
+        import hvdlite as hvd
+        hvd.init()
+        out = hvd.allreduce(np.arange(300000, dtype=np.float64) * (hvd.rank() + 1), name="x", op=hvd.Sum)
+        right = bool(np.array_equal(out, np.arange(300000, dtype=np.float64) * 10))
+        with open(os.path.join(sys.argv[1], f"rank{hvd.rank()}"), "w") as report:  # the hosts share the files
+            print(hvd.rank(), right, os.environ["FI_PROVIDER"], os.environ["NCCL_IB_DISABLE"], file=report)
+        hvd.shutdown()
+    """))
+    env = {name: value for name, value in dict(os.environ, **QUIET_THREADS).items()
+           if name not in ("FI_PROVIDER", "UCX_TLS", "NCCL_IB_DISABLE")}
+    with SimulatedHosts(3) as hosts:
+        result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "--tcp",
+                                  "-np", "4", "-H", "h1:2,h2:2", sys.executable, str(tmp_path / "job.py"),
+                                  str(tmp_path)], timeout=120, env=env, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert [(tmp_path / f"rank{rank}").read_text() for rank in range(4)] == [
+        f"{rank} True tcp 1\n" for rank in range(4)]
+
+
 def test_output_files_of_ranks_on_other_hosts(tmp_path):
     """--output-filename: each rank's files are written on its own host (these share this machine's files, as hosts
     share a home directory), under the launcher's folder, made absolute where the launcher runs."""

@@ -10,6 +10,7 @@ from .command import abort_on_exception, build_command, ssh_variables
 from .commit_removal import remove_commits
 from .elastic import Supervisor
 from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
+from .horovodrun_flags import tcp_variables
 from .hosts import rank_placement
 from .job import JOB_MARKER, new_job_id, run_job
 from .launcher_port import COMMITTED, LAUNCHER_VARIABLE
@@ -36,10 +37,13 @@ def launcher_variables(args):
 
 
 def job_environment(args, environ):
-    """Variables set on every rank: the tuning flags, and one OpenMP thread per rank unless asked otherwise."""
+    """Variables set on every rank: the tuning flags, one OpenMP thread per rank unless asked otherwise, and TCP's
+    transports under --tcp."""
     env = {}
     if "OMP_NUM_THREADS" not in environ:
         env["OMP_NUM_THREADS"] = "1"  # N ranks x all cores of threads each would oversubscribe the host
+    if args.tcp:
+        env.update(tcp_variables(environ))
     env.update(args.tuning_env)
     return env
 
@@ -65,7 +69,7 @@ def main(argv=None):
     except (OSError, RuntimeError) as error:
         _log(str(error))
         return 2
-    for warning in args.config_warnings:
+    for warning in args.warnings:
         _log(warning)
     program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
     if args.output_filename:
@@ -83,7 +87,8 @@ def main(argv=None):
         return build_command(flavour, mpiexec, num_proc, what, env=env, hosts=None if hostfile else chosen_hosts,
                              hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
                              binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec,
-                             interfaces=args.interfaces, mpi_args=args.mpi_args, ssh_args=args.ssh_args)
+                             interfaces=args.interfaces, mpi_args=args.mpi_args, ssh_args=args.ssh_args,
+                             tcp_only=args.tcp)
     if args.host_discovery_script:
         return Supervisor(args, command_for, launch_env, _log).run()
     argv = command_for(args.hosts, args.num_proc, args.hostfile)

@@ -4,7 +4,7 @@ import os
 import shlex
 
 from .. import __version__, config
-from . import binding, config_file, start_watch
+from . import binding, config_file, horovodrun_flags, start_watch
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [-p PORT] [-i KEY] [--launcher-exec PROGRAM] "
@@ -22,13 +22,18 @@ def _add_tuning_flags(parser):
             continue
         dest = "setting_" + setting.name
         help_text = f"{setting.meaning} (sets {setting.env})"
+        names = (setting.flag, *horovodrun_flags.TUNING_ALIASES.get(setting.name, ()))
         if setting.type_name == "bool":
-            group.add_argument(setting.flag, dest=dest, action="store_true", default=None, help=help_text)
+            group.add_argument(*names, dest=dest, action="store_true", default=None, help=help_text)
         elif setting.choices:
-            group.add_argument(setting.flag, dest=dest, choices=setting.choices, help=help_text)
+            group.add_argument(*names, dest=dest, choices=setting.choices, type=str.lower, help=help_text)
         else:
             unit = "MiB" if setting.flag_scale == config.MiB else setting.type_name.upper()
-            group.add_argument(setting.flag, dest=dest, metavar=unit, help=help_text)
+            group.add_argument(*names, dest=dest, metavar=unit, help=help_text)
+        if setting.name in horovodrun_flags.NEGATIONS:
+            flag, value = horovodrun_flags.NEGATIONS[setting.name]
+            group.add_argument(flag, dest=dest, action="store_const", const=value, help=f"horovodrun's: {setting.env}="
+                               f"{setting.flag_to_env(value)}")
     group.add_argument("--hierarchical-allreduce", dest="setting_allreduce_algorithm", action="store_const",
                        const="hierarchical", help="horovodrun's name for --allreduce-algorithm hierarchical")
     group.add_argument("--config-file", dest="config_file", metavar="FILE",
@@ -44,8 +49,10 @@ def _add_restart_flags(parser):
     group.add_argument("--host-discovery-script", metavar="SCRIPT",
                        help="elastic: a program printing the available hosts, one 'host:slots' (or 'host') per "
                             "line; the job runs on what it lists and restarts when hosts fail or are added")
-    group.add_argument("--min-np", type=int, metavar="N", help="elastic: fewest ranks to run with (default: -np)")
-    group.add_argument("--max-np", type=int, metavar="N", help="elastic: most ranks to run with (default: all slots)")
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
+                       help="elastic: fewest ranks to run with (default: -np)")
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
+                       help="elastic: most ranks to run with (default: all slots)")
     group.add_argument("--slots-per-host", type=int, default=1, metavar="N",
                        help="elastic: slots of a host the discovery script lists without a count (default 1)")
     group.add_argument("--elastic-timeout", type=float, default=600.0, metavar="SECONDS",
@@ -64,7 +71,7 @@ def make_parser():
                         help="number of processes (elastic: the least to start with, unless --min-np says)")
     hosts = parser.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", dest="hosts", help="hosts and slots, e.g. a:2,b:2 (default: this host)")
-    hosts.add_argument("--hostfile", dest="hostfile", help="file of 'host slots=N' or 'host:N' lines")
+    hosts.add_argument("-hostfile", "--hostfile", dest="hostfile", help="file of 'host slots=N' or 'host:N' lines")
     parser.add_argument("--bind-to", dest="bind_to", choices=binding.CHOICES, default=binding.AUTO,
                         help="CPUs of each rank: 'cpus' binds each to an equal share of the host's CPUs, 'none' "
                              "leaves placement to the scheduler, 'auto' (default) binds when the job runs on this "
@@ -88,7 +95,8 @@ def make_parser():
                         help="once every rank has begun MPI's start-up, how long they may take to get through it "
                              "before the job is ended with a message (ranks that cannot reach each other would wait "
                              f"forever); 0: no limit (default {start_watch.DEFAULT_SECONDS:g})")
-    parser.add_argument("--network-interface", dest="interfaces", metavar="NAMES",
+    parser.add_argument("--network-interface", "--network-interfaces", dest="interfaces", metavar="NAMES",
+                        action="append", default=[],
                         help="network interfaces the job may use, separated by commas (e.g. eth0), where a host "
                              "has some that do not reach the others (docker0, a management network); default: "
                              "MPI's choice")
@@ -105,22 +113,34 @@ def make_parser():
                         help="print the frameworks, controllers and tensor operations available, and exit")
     parser.add_argument("--dry-run", action="store_true", help="print the mpiexec command and exit")
     _add_tuning_flags(parser)
+    horovodrun_flags.add_to(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
     return parser
 
 
 def parse_args(argv=None):
     """Parsed arguments with .hosts (list of Host), .hostfile (Hostfile), .tuning_env (HVDLITE_* -> value, from the
-    tuning flags and --config-file) and .config_warnings (the file's keys that were ignored, and why)."""
+    tuning flags and --config-file) and .warnings (horovodrun's flags and the file's keys that were ignored, and
+    why)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.check_build:
         return args
-    args.interfaces = [name.strip() for name in (args.interfaces or "").split(",") if name.strip()]
+    refusal = horovodrun_flags.refusal(args)
+    if refusal:
+        parser.error(refusal)
+    # Given once as a list (eth0,eth1) or once for each (horovodrun takes both).
+    args.interfaces = list(dict.fromkeys(name.strip() for given in args.interfaces for name in given.split(",")
+                                         if name.strip()))
     try:
         args.mpi_args = shlex.split(args.mpi_args)
+        if args.binding_args:
+            if args.bind_to != binding.AUTO:
+                parser.error("give either --bind-to or --binding-args")
+            args.bind_to = binding.NONE  # the binding is mpiexec's, as asked
+            args.mpi_args += shlex.split(args.binding_args)
     except ValueError as error:
-        parser.error(f"--mpi-args: {error}")
+        parser.error(f"--mpi-args/--binding-args: {error}")
     if args.host_discovery_script:
         if args.hosts or args.hostfile:
             parser.error("--host-discovery-script chooses the hosts: drop -H/--hostfile")
@@ -143,10 +163,11 @@ def parse_args(argv=None):
         args.hosts = parse_host_list(args.hosts) if args.hosts else None
         args.hostfile = read_hostfile(args.hostfile) if args.hostfile else None
         args.tuning_env = tuning_env(args)
-        args.config_warnings = []
+        args.warnings = horovodrun_flags.ignored_warnings(args)
         if args.config_file:
-            file_env, args.config_warnings = config_file.read(args.config_file)
+            file_env, file_warnings = config_file.read(args.config_file)
             args.tuning_env = {**file_env, **args.tuning_env}
+            args.warnings += file_warnings
     except (OSError, ValueError) as error:
         parser.error(str(error))
     return args

@@ -2,6 +2,7 @@
 import os
 import re
 
+from .horovodrun_flags import OPENMPI_TCP_OPTIONS
 from .hosts import host_list_text
 from .mpiexec import HYDRA, OPENMPI
 
@@ -67,7 +68,8 @@ def interface_variables(interfaces):
 
 
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
-                  run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=(), ssh_args=()):
+                  run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=(), ssh_args=(),
+                  tcp_only=False):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
 
     hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
@@ -77,6 +79,7 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
     launcher_exec: the program that starts processes on other hosts in ssh's place (called as ssh would be).
     ssh_args: options for ssh or that program (-p PORT, -i FILE); hydra takes them from mpiexec's environment
     (ssh_variables), Open MPI here.
+    tcp_only: Open MPI's TCP transport between hosts (hydra's ranks are told by variables: horovodrun_flags).
     interfaces: the network interfaces the job's traffic (its launch included) may use; none: MPI's choice.
     mpi_args: further mpiexec options, placed last before the program.
     """
@@ -104,6 +107,8 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
             argv += ["--mca", "plm_rsh_agent", launcher_exec]
         if ssh_args:
             argv += ["--prtemca", "plm_ssh_args", " ".join(ssh_args)]
+        if tcp_only:
+            argv += list(OPENMPI_TCP_OPTIONS)
         if interfaces:
             # The ranks' TCP traffic, and the runtime's own (its daemons' connections to mpiexec).
             argv += ["--mca", "btl_tcp_if_include", ",".join(interfaces),
