@@ -6,6 +6,7 @@ is reported as ignored with the reason (it tunes something hvdlite does not have
 horovodrun does not know is an error naming it, since it is most likely misspelt.
 """
 from .. import config
+from .horovodrun_flags import WHY_IGNORED
 
 
 class _Ignored:
@@ -19,10 +20,8 @@ class _Inverted:
         self.setting = setting
 
 
-_NO_GLOO = _Ignored("hvdlite runs on MPI, not Gloo")
-_NO_CCL = _Ignored("hvdlite has no oneCCL controller")
-_NOT_BAYESIAN = _Ignored("hvdlite's autotune tries a fixed list of values one setting at a time instead of "
-                         "Bayesian optimisation")
+_NOT_BAYESIAN = _Ignored(WHY_IGNORED["bayesian_autotune"])
+_NO_TIMESTAMP = _Ignored(WHY_IGNORED["timestamps"])
 
 # section -> key -> the setting's name in hvdlite.config.SETTINGS, or how the key is read.
 KEYS = {
@@ -31,7 +30,7 @@ KEYS = {
         "cycle_time_ms": "cycle_time_ms",
         "cache_capacity": "cache_capacity",
         "hierarchical_allreduce": "allreduce_algorithm",  # true: hierarchical
-        "hierarchical_allgather": _Ignored("hvdlite's allgather has one algorithm, on one host and across hosts"),
+        "hierarchical_allgather": _Ignored(WHY_IGNORED["hierarchical_allgather"]),
     },
     "autotune": {
         "enabled": "autotune",
@@ -51,16 +50,15 @@ KEYS = {
         "shutdown_time_seconds": "stall_shutdown_seconds",
     },
     "library_options": {
-        "mpi_threads_disable": _Ignored("mpi4py starts MPI: mpi4py.rc.thread_level, set before hvdlite is "
-                                        "imported, chooses its thread level"),
-        "num_nccl_streams": _Ignored("hvdlite all-reduces GPU tensors on one NCCL stream"),
-        "ccl_bgt_affinity": _NO_CCL,
-        "gloo_timeout_seconds": _NO_GLOO,
+        "mpi_threads_disable": _Ignored(WHY_IGNORED["mpi_threads"]),
+        "num_nccl_streams": _Ignored(WHY_IGNORED["nccl_streams"]),
+        "ccl_bgt_affinity": _Ignored(WHY_IGNORED["ccl"]),
+        "gloo_timeout_seconds": _Ignored(WHY_IGNORED["gloo"]),
     },
     "logging": {
         "level": "log_level",
-        "hide_timestamp": _Ignored("hvdlite's log lines carry no timestamp"),
-        "with_timestamp": _Ignored("hvdlite's log lines carry no timestamp"),
+        "hide_timestamp": _NO_TIMESTAMP,
+        "with_timestamp": _NO_TIMESTAMP,
     },
 }
 

@@ -16,28 +16,36 @@ NEGATIONS = {
     "stall_check_disable": ("--stall-check", False),
 }
 
-_NO_TIMESTAMP = "hvdlite's log lines carry no timestamp"
+# Why hvdlite has no use for a horovodrun setting (its flags here, its config file's keys in config_file.py).
+WHY_IGNORED = {
+    "hierarchical_allgather": "hvdlite's allgather has one algorithm, on one host and across hosts",
+    "bayesian_autotune": "hvdlite's autotune tries a fixed list of values one setting at a time instead of "
+                         "Bayesian optimisation",
+    "mpi_threads": "mpi4py starts MPI: mpi4py.rc.thread_level, set before hvdlite is imported, chooses its thread "
+                   "level",
+    "nccl_streams": "hvdlite all-reduces GPU tensors on one NCCL stream",
+    "thread_affinity": "hvdliterun binds each rank, its background thread included, to CPUs of its own (--bind-to)",
+    "gloo": "hvdlite runs on MPI, not Gloo",
+    "ccl": "hvdlite has no oneCCL controller",
+    "timestamps": "hvdlite's log lines carry no timestamp",
+    "output_timestamps": "ranks' output passes through unchanged (--output-filename keeps it per rank)",
+}
 # flag -> (takes a value, why it is ignored)
 IGNORED = {
-    "--hierarchical-allgather": (False, "hvdlite's allgather has one algorithm, on one host and across hosts"),
-    "--no-hierarchical-allgather": (False, "hvdlite's allgather has one algorithm, on one host and across hosts"),
-    "--autotune-bayes-opt-max-samples": (True, "hvdlite's autotune tries a fixed list of values one setting at a "
-                                               "time instead of Bayesian optimisation"),
-    "--autotune-gaussian-process-noise": (True, "hvdlite's autotune tries a fixed list of values one setting at a "
-                                                "time instead of Bayesian optimisation"),
-    "--mpi-threads-disable": (False, "mpi4py starts MPI: mpi4py.rc.thread_level, set before hvdlite is imported, "
-                                     "chooses its thread level"),
-    "--no-mpi-threads-disable": (False, "mpi4py starts MPI with its own thread level"),
-    "--num-nccl-streams": (True, "hvdlite all-reduces GPU tensors on one NCCL stream"),
-    "--thread-affinity": (True, "hvdliterun binds each rank, its background thread included, to CPUs of its own "
-                                "(--bind-to)"),
-    "--gloo-timeout-seconds": (True, "hvdlite runs on MPI, not Gloo"),
-    "--log-with-timestamp": (False, _NO_TIMESTAMP),
-    "--log-without-timestamp": (False, _NO_TIMESTAMP),
-    "--log-hide-timestamp": (False, _NO_TIMESTAMP),
-    "--no-log-hide-timestamp": (False, _NO_TIMESTAMP),
-    "--prefix-output-with-timestamp": (False, "ranks' output passes through unchanged (--output-filename keeps it "
-                                              "per rank)"),
+    "--hierarchical-allgather": (False, WHY_IGNORED["hierarchical_allgather"]),
+    "--no-hierarchical-allgather": (False, WHY_IGNORED["hierarchical_allgather"]),
+    "--autotune-bayes-opt-max-samples": (True, WHY_IGNORED["bayesian_autotune"]),
+    "--autotune-gaussian-process-noise": (True, WHY_IGNORED["bayesian_autotune"]),
+    "--mpi-threads-disable": (False, WHY_IGNORED["mpi_threads"]),
+    "--no-mpi-threads-disable": (False, WHY_IGNORED["mpi_threads"]),
+    "--num-nccl-streams": (True, WHY_IGNORED["nccl_streams"]),
+    "--thread-affinity": (True, WHY_IGNORED["thread_affinity"]),
+    "--gloo-timeout-seconds": (True, WHY_IGNORED["gloo"]),
+    "--log-with-timestamp": (False, WHY_IGNORED["timestamps"]),
+    "--log-without-timestamp": (False, WHY_IGNORED["timestamps"]),
+    "--log-hide-timestamp": (False, WHY_IGNORED["timestamps"]),
+    "--no-log-hide-timestamp": (False, WHY_IGNORED["timestamps"]),
+    "--prefix-output-with-timestamp": (False, WHY_IGNORED["output_timestamps"]),
 }
 IGNORED_SHORT = {"--prefix-output-with-timestamp": "-prefix-timestamp"}
 
