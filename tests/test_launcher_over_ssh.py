@@ -93,9 +93,10 @@ def test_ranks_start_through_real_ssh_servers_on_a_port_and_key_of_their_own(tmp
                     ["2", "h2", "0/2", "1/2", "True"], ["3", "h2", "1/2", "1/2", "True"]]
 
 
-def test_tcp_only_jobs_run_across_hosts(tmp_path):
-    """horovodrun's --tcp: the ranks are asked for TCP between hosts (hydra's by variables, Open MPI's by its
-    transport options) and all-reduce correctly across two hosts that way."""
+@pytest.mark.parametrize("network", sorted(NETWORK_LAYERS))
+def test_tcp_only_jobs_run_across_hosts(tmp_path, network):
+    """horovodrun's --tcp: the ranks are asked for TCP between hosts (hydra's by variables, for either of MPICH's
+    network layers; Open MPI's by its transport options) and all-reduce correctly across two hosts that way."""
     problem = available()
     if problem:
         pytest.fail(f"this test needs simulated hosts: {problem}")
@@ -110,8 +111,8 @@ def test_tcp_only_jobs_run_across_hosts(tmp_path):
             print(hvd.rank(), right, os.environ["FI_PROVIDER"], os.environ["NCCL_IB_DISABLE"], file=report)
         hvd.shutdown()
     """))
-    env = {name: value for name, value in dict(os.environ, **QUIET_THREADS).items()
-           if name not in ("FI_PROVIDER", "UCX_TLS", "NCCL_IB_DISABLE")}
+    env = {name: value for name, value in dict(os.environ, **QUIET_THREADS, **NETWORK_LAYERS[network]).items()
+           if name not in ("FI_PROVIDER", "UCX_TLS", "NCCL_IB_DISABLE")}  # what --tcp sets
     with SimulatedHosts(3) as hosts:
         result = hosts.run("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "--tcp",
                                   "-np", "4", "-H", "h1:2,h2:2", sys.executable, str(tmp_path / "job.py"),
