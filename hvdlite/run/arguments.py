@@ -8,11 +8,10 @@ from . import binding, config_file, horovodrun_flags, start_watch
 from .hosts import parse_host_list, read_hostfile
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [-p PORT] [-i KEY] [--launcher-exec PROGRAM] "
-         "[--no-host-check] "
-         "[--network-interface NAMES] [--bind-to auto|cpus|none] "
+         "[--no-host-check] [--network-interface NAMES] [--bind-to auto|cpus|none] "
          "[--max-restarts N | --host-discovery-script SCRIPT [elastic flags]] [tuning flags] [--config-file FILE] "
-         "[--output-filename DIR] [--mpi-args ARGS] "
-         "[--verbose] [--dry-run] COMMAND ...  |  hvdliterun --check-build  |  hvdliterun --version")
+         "[--output-filename DIR] [--mpi-args ARGS] [--verbose] [--dry-run] COMMAND ...  |  "
+         "hvdliterun --check-build  |  hvdliterun --version")
 
 
 def _add_tuning_flags(parser):
