@@ -27,6 +27,8 @@ _EXPORTS = {
     "process_sets": ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+from . import run  # noqa: E402 (the launcher's package, light: also horovod.run, hvdlite.run(func, num_proc=N))
 __all__ = sorted(_MODULE_OF)
 
 

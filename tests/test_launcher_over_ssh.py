@@ -93,6 +93,39 @@ def test_ranks_start_through_real_ssh_servers_on_a_port_and_key_of_their_own(tmp
                     ["2", "h2", "0/2", "1/2", "True"], ["3", "h2", "1/2", "1/2", "True"]]
 
 
+def test_a_function_run_from_a_third_host_returns_every_ranks_value(tmp_path):
+    """hvdlite.run(func, hosts=..., ssh_port=..., ssh_identity_file=...) from h3: ranks on h1 and h2, started through
+    ssh itself, fetch the function from the caller on h3 by its host name and send their values back there."""
+    problem = available() or ssh_missing()
+    if problem:
+        pytest.fail(f"this test needs simulated hosts with ssh servers: {problem}")
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent("""
+        import sys
+        import hvdlite
+
+        def where(count):
+            import socket
+            import numpy as np
+            import hvdlite as hvd
+            hvd.init()
+            out = hvd.allreduce(np.arange(count, dtype=np.float64) * (hvd.rank() + 1), name="x", op=hvd.Sum)
+            right = bool(np.array_equal(out, np.arange(count, dtype=np.float64) * 10))
+            return hvd.rank(), socket.gethostname(), right
+
+        results = hvdlite.run(where, args=(1 << 18,), num_proc=4, hosts="h1:2,h2:2", ssh_port=2222,
+                              ssh_identity_file=sys.argv[1])
+        print("RESULTS", results, flush=True)
+    """))
+    with SimulatedHosts(3) as hosts, SshServers(hosts, ["h1", "h2"], client="h3", port=2222) as ssh:
+        result = hosts.run("h3", [sys.executable, str(driver), ssh.key], timeout=120,
+                           env=dict(os.environ, **QUIET_THREADS), cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    said = [line for line in result.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert said == ["RESULTS [(0, 'h1', True), (1, 'h1', True), (2, 'h2', True), (3, 'h2', True)]"], \
+        result.stdout[-3000:]
+
+
 @pytest.mark.parametrize("network", sorted(NETWORK_LAYERS))
 def test_tcp_only_jobs_run_across_hosts(tmp_path, network):
     """horovodrun's --tcp: the ranks are asked for TCP between hosts (hydra's by variables, for either of MPICH's

@@ -1,0 +1,115 @@
+"""hvdlite.run(func, ...): horovod.run, the launcher as a function. Real jobs through hvdliterun: every rank calls
+the function (defined here, so pickled by value as a notebook's would be) and the caller gets the return values by
+rank; a raising rank's traceback, an unpicklable return value and a failed job are errors that say so; an elastic
+run returns what its last start returned. Across hosts (through ssh servers): test_launcher_over_ssh.py."""
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+import hvdlite
+from hvdlite.run.function_runner import RankFailed
+from hvdlite.run.job import processes_with_environment
+
+
+@pytest.fixture
+def job_token(monkeypatch):
+    """A variable every process of the job inherits, to find any left behind."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("HVDLITE_TEST_TOKEN", token)
+    yield token
+    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+def test_every_rank_runs_the_function_and_the_caller_gets_its_values_by_rank(job_token):
+    def step(scale, *, offset):
+        import numpy as np
+        import hvdlite as hvd
+        hvd.init()
+        x = np.arange(5, dtype=np.float64) * (hvd.rank() + 1) * scale + offset
+        total = hvd.allreduce(x, name="x", op=hvd.Sum)
+        result = {"rank": hvd.rank(), "size": hvd.size(), "total": total}
+        hvd.shutdown()
+        return result
+
+    results = hvdlite.run(step, args=(0.5,), kwargs={"offset": 2.0}, num_proc=3)
+    expected = sum(np.arange(5, dtype=np.float64) * (rank + 1) * 0.5 + 2.0 for rank in range(3))
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 3), (1, 3), (2, 3)]
+    for result in results:
+        np.testing.assert_array_equal(result["total"], expected)
+
+
+def test_horovods_old_argument_name_np_is_taken_with_its_warning(job_token):
+    def rank():
+        import os
+        return int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])
+
+    with pytest.warns(DeprecationWarning, match="np is deprecated"):
+        assert hvdlite.run(rank, np=2) == [0, 1]
+
+
+def test_a_raising_rank_is_an_error_with_its_traceback(job_token):
+    def fail_on_one():
+        import hvdlite as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError("rank one cannot go on")
+        hvd.barrier()  # rank 0 waits here until the job is ended
+        return "unreached"
+
+    with pytest.raises(RankFailed) as error:
+        hvdlite.run(fail_on_one, num_proc=2)
+    message = str(error.value)
+    assert "the function raised on rank" in message
+    rank_one = message.split("--- rank 1 ---\n")[1].split("--- rank")[0]
+    assert "Traceback" in rank_one and "ValueError: rank one cannot go on" in rank_one, message
+
+
+def test_a_return_value_that_cannot_be_pickled_is_an_error_saying_so(job_token):
+    def lock():
+        import threading
+        return threading.Lock()
+
+    with pytest.raises(RankFailed, match="return value cannot be pickled"):
+        hvdlite.run(lock, num_proc=2)
+
+
+def test_a_job_that_fails_before_any_result_is_an_error(job_token):
+    def leave():
+        import os
+        os._exit(5)
+
+    with pytest.raises(RuntimeError, match="the job failed with exit code"):
+        hvdlite.run(leave, num_proc=2)
+
+
+@pytest.mark.parametrize("arguments, message", [({"use_gloo": True}, "MPI only"),
+                                                ({"hosts": "a:1", "hostfile": "f"}, "either hosts or hostfile")])
+def test_arguments_hvdlite_cannot_honour_are_refused(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        hvdlite.run(print, num_proc=2, **arguments)
+
+
+@pytest.mark.timeout(180)
+def test_an_elastic_run_returns_what_its_last_start_returned(job_token, tmp_path):
+    """Rank 1 dies at the first start, after a commit; the job restarts on this host's slots and resumes from it."""
+    def train(folder):
+        import os
+        import hvdlite as hvd
+        from hvdlite.elastic import ObjectState, run
+
+        @run
+        def steps(state):
+            while state.step < 4:
+                state.step += 1
+                state.commit()
+                if state.step == 2 and hvd.rank() == 1 and os.environ["HVDLITE_ELASTIC_RESTART"] == "0":
+                    os._exit(1)
+            return hvd.rank(), hvd.size(), state.step, os.environ["HVDLITE_ELASTIC_RESTART"]
+
+        hvd.init()
+        return steps(ObjectState(step=0))
+
+    results = hvdlite.run(train, args=(str(tmp_path),), num_proc=2, min_num_proc=2, max_num_proc=2, reset_limit=2)
+    assert results == [(0, 2, 4, "1"), (1, 2, 4, "1")]
