@@ -49,6 +49,16 @@ def test_horovods_old_argument_name_np_is_taken_with_its_warning(job_token):
         assert hvdlite.run(rank, np=2) == [0, 1]
 
 
+def test_horovod_runners_import_spelling_runs_it_too(job_token):
+    from hvdlite.run import run  # as `from horovod.runner import run`
+
+    def size():
+        import os
+        return int(os.environ.get("PMI_SIZE") or os.environ["OMPI_COMM_WORLD_SIZE"])
+
+    assert run(size, num_proc=2) == [2, 2]
+
+
 def test_a_raising_rank_is_an_error_with_its_traceback(job_token):
     def fail_on_one():
         import hvdlite as hvd
