@@ -64,11 +64,14 @@ def _kill_a_job_hard(script):
     try:
         read_until(job, "UP", 2, "the job to be killed was up")
     finally:
-        for pid in processes_with_environment("HVDLITE_TEST_TOKEN", token):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        # Stopped first, all of them, so that none sees another die and cleans up before its own end.
+        pids = processes_with_environment("HVDLITE_TEST_TOKEN", token)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
         job.kill()
         job.communicate(timeout=60)
 
