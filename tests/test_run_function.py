@@ -123,3 +123,53 @@ def test_an_elastic_run_returns_what_its_last_start_returned(job_token, tmp_path
 
     results = hvdlite.run(train, args=(str(tmp_path),), num_proc=2, min_num_proc=2, max_num_proc=2, reset_limit=2)
     assert results == [(0, 2, 4, "1"), (1, 2, 4, "1")]
+
+
+def test_an_interrupted_caller_ends_the_job_and_leaves_nothing_running(job_token, tmp_path):
+    """Ctrl-C in the caller (here SIGINT to it alone, in a session of its own, so that only hvdlite.run can pass it
+    on) of an elastic run that has committed: the job ends, nothing of it is left running or on disk (the launcher
+    removes the commits of a job it was told to stop), and the call raises KeyboardInterrupt."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from harness.elastic_folders import commit_folders_here
+    from harness.processes import read_until
+
+    folders_before = commit_folders_here()
+    caller = tmp_path / "caller.py"
+    caller.write_text(textwrap.dedent("""
+        import hvdlite
+
+        def wait():
+            import time
+            import hvdlite as hvd
+            from hvdlite.elastic import ObjectState, run
+
+            @run
+            def steps(state):
+                state.step += 1
+                state.commit()
+                print("UP", flush=True)
+                time.sleep(600)
+
+            hvd.init()
+            steps(ObjectState(step=0))
+
+        try:
+            hvdlite.run(wait, num_proc=2, min_num_proc=2)
+        except KeyboardInterrupt:
+            print("INTERRUPTED", flush=True)
+    """))
+    process = subprocess.Popen([sys.executable, str(caller)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        seen = read_until(process, "UP", 2, "the ranks were up")
+        os.kill(process.pid, signal.SIGINT)
+        rest = process.communicate(timeout=60)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "INTERRUPTED" in rest, (seen + rest)[-3000:]
+    assert commit_folders_here() - folders_before == set(), (seen + rest)[-3000:]

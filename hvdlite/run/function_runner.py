@@ -14,6 +14,7 @@ import hmac
 import os
 import pickle
 import secrets
+import signal
 import socket
 import struct
 import subprocess
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import threading
 import warnings
+
+from .job import KILL_GRACE_SECONDS
 
 ADDRESS_VARIABLE = "HVDLITE_RUN_FUNCTION"  # host:port of the process that called run()
 SECRET_VARIABLE = "HVDLITE_RUN_FUNCTION_SECRET"
@@ -150,10 +153,27 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
             argv = _launcher_argv(given, folder)
             env = dict(os.environ, **{ADDRESS_VARIABLE: f"{socket.gethostname()}:{exchange.port}",
                                       SECRET_VARIABLE: exchange.secret})
-            code = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL).returncode
+            code = _launch(argv, env)
     finally:
         exchange.close()
     return _results(exchange.results, code)
+
+
+def _launch(argv, env):
+    """Runs hvdliterun; its exit code. Interrupted (Ctrl-C in a notebook), the caller tells the launcher to stop, as
+    a terminal would, and waits for it: the launcher then ends the job its own way (an elastic run's commits
+    removed, say) instead of being killed, as subprocess.run would kill it."""
+    launcher = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    try:
+        return launcher.wait()
+    except BaseException:
+        launcher.send_signal(signal.SIGINT)
+        try:
+            launcher.wait(timeout=KILL_GRACE_SECONDS + 20)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            launcher.wait()
+        raise
 
 
 def _renamed(num_proc, np, min_num_proc, min_np, max_num_proc, max_np):
