@@ -11,8 +11,9 @@ _logging.addLevelName(TRACE, "TRACE")
 _LEVELS = {"trace": TRACE, "debug": _logging.DEBUG, "info": _logging.INFO, "warning": _logging.WARNING,
            "error": _logging.ERROR, "fatal": _logging.CRITICAL}
 
-# Rank variables that launchers export before MPI is even initialised.
+# Rank and size variables that launchers export before MPI is even initialised.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE")
 
 _rank_after_init = None
 
@@ -25,8 +26,17 @@ def set_rank(rank):
 
 def launcher_rank(environ=None):
     """The rank the launcher gave this process in its environment (a string), or None when none did."""
+    return _launcher_number(_RANK_VARIABLES, environ)
+
+
+def launcher_size(environ=None):
+    """The job's size as the launcher gave it in this process's environment (a string), or None."""
+    return _launcher_number(_SIZE_VARIABLES, environ)
+
+
+def _launcher_number(variables, environ):
     environ = os.environ if environ is None else environ
-    for variable in _RANK_VARIABLES:
+    for variable in variables:
         if environ.get(variable, "").strip().isdigit():
             return environ[variable].strip()
     return None

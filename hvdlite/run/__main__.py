@@ -80,7 +80,8 @@ def main(argv=None):
     forward = sorted({n for n in os.environ if not _NOT_FORWARDED.fullmatch(n)} | set(launcher_variables(args))) \
         if flavour == OPENMPI else ()
     hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
-    launch_env = dict(os.environ, **env, **ssh_variables(flavour, args.ssh_args))  # mpiexec's own
+    mpiexec_variables = ssh_variables(flavour, args.ssh_args)  # mpiexec's own, not the ranks'
+    launch_env = dict(os.environ, **env, **mpiexec_variables)
 
     def command_for(chosen_hosts, num_proc, hostfile=None, what=program):
         placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
@@ -94,9 +95,8 @@ def main(argv=None):
     argv = command_for(args.hosts, args.num_proc, args.hostfile)
     if args.verbose or args.dry_run:
         out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
-        variables = ssh_variables(flavour, args.ssh_args)
-        print(" ".join([f"{name}={shlex.quote(value)}" for name, value in variables.items()] + [shlex.join(argv)]),
-              file=out, flush=True)
+        print(" ".join([f"{name}={shlex.quote(value)}" for name, value in mpiexec_variables.items()] +
+                       [shlex.join(argv)]), file=out, flush=True)
         if hosts:
             describe_hosts(hosts, args, out, flavour)
     if args.dry_run:

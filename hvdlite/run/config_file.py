@@ -67,21 +67,19 @@ class ConfigFileError(ValueError):
     pass
 
 
-def read(path, load_yaml=None):
+def read(path):
     """(HVDLITE_* -> value, [warning lines]) for the settings the file at path sets."""
     try:
         with open(path) as stream:
             text = stream.read()
     except OSError as error:
         raise ConfigFileError(f"--config-file {path}: {error.strerror}") from None
-    if load_yaml is None:
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigFileError("--config-file needs PyYAML: pip install pyyaml") from None
-        load_yaml = yaml.safe_load
     try:
-        document = load_yaml(text)
+        import yaml
+    except ImportError:
+        raise ConfigFileError("--config-file needs PyYAML: pip install pyyaml") from None
+    try:
+        document = yaml.safe_load(text)
     except Exception as error:  # PyYAML's errors say where the file is malformed
         raise ConfigFileError(f"--config-file {path} is not valid YAML: {error}") from None
     return settings_from(document, path)

@@ -23,6 +23,7 @@ import tempfile
 import threading
 import warnings
 
+from .hosts import read_hostfile
 from .job import KILL_GRACE_SECONDS
 
 ADDRESS_VARIABLE = "HVDLITE_RUN_FUNCTION"  # host:port of the process that called run()
@@ -103,10 +104,11 @@ class _Exchange:
         if verb == FETCH:
             send_block(connection, self.payload)
         elif verb == RESULT:
+            rank, start = int(rank), int(start)
             kind, value = pickle.loads(receive_block(connection))
             with self._lock:
-                if int(rank) not in self.results or self.results[int(rank)][0] <= int(start):
-                    self.results[int(rank)] = (int(start), kind, value)
+                if rank not in self.results or self.results[rank][0] <= start:
+                    self.results[rank] = (start, kind, value)
             connection.sendall(_ACCEPTED)
 
     def close(self):
@@ -221,7 +223,6 @@ def _host_lines(given):
     if given["hosts"]:
         return "".join(f"{entry.strip()}\n" for entry in given["hosts"].split(",") if entry.strip())
     if given["hostfile"]:
-        from .hosts import read_hostfile
         return "".join(f"{host.name}:{host.slots}\n" for host in read_hostfile(given["hostfile"]).hosts)
     return f"localhost:{max(given['num_proc'], given['max_num_proc'] or 0)}\n"
 

@@ -14,11 +14,8 @@ import selectors
 import signal
 import sys
 
-from ..logging import launcher_rank
+from ..logging import launcher_rank, launcher_size
 from .elastic_variables import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
-
-# Set with the rank by the MPI launchers hvdliterun drives (hydra, Open MPI), before MPI starts.
-_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
 
 
 def wrap(directory, command):
@@ -37,7 +34,7 @@ def rank_folder(directory, environ):
     if rank is None:
         raise RuntimeError("--output-filename: no rank in the environment (PMI_RANK or OMPI_COMM_WORLD_RANK): "
                            "this command is meant to be started by hvdliterun's mpiexec")
-    size = next((int(environ[v]) for v in _SIZE_VARIABLES if environ.get(v, "").strip().isdigit()), int(rank) + 1)
+    size = int(launcher_size(environ) or int(rank) + 1)
     return os.path.join(directory, f"rank.{padded_rank(int(rank), size)}")
 
 
