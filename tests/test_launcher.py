@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from harness.processes import read_until
+from harness.processes import read_until, with_hvdlite_importable
 
 import hvdlite
 import hvdlite.run
@@ -24,7 +24,6 @@ from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
 from hvdlite.run.reachability import launcher_probe
 
 PYTHON = sys.executable
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.run.__file__))))
 
 
 # ---- command lines (pure) ----
@@ -264,7 +263,7 @@ def test_bad_tuning_value_is_a_usage_error(capsys):
 def _job_env(token, **extra):
     env = dict(os.environ, HVDLITE_TEST_TOKEN=token, **extra)
     env.pop("PYTHONUNBUFFERED", None)  # unbuffered ranks write a line in pieces, which hydra interleaves
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    env = with_hvdlite_importable(env)
     env.pop("OMP_NUM_THREADS", None)
     return env
 

@@ -8,13 +8,12 @@ import textwrap
 
 import pytest
 
+from harness.processes import with_hvdlite_importable
 from harness.timeline import timeline_phases
 
-import hvdlite.run
 from hvdlite.run.arguments import parse_args
 
 PYTHON = sys.executable
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.run.__file__))))
 
 # Every section and key horovodrun's file knows, as a Horovod user would have written it.
 HOROVOD_FILE = """\
@@ -167,7 +166,7 @@ def test_ranks_run_with_the_files_settings(tmp_path):
                                   settings["stall_check_seconds"], settings["timeline_mark_cycles"]]), flush=True)
         hvd.shutdown()
     """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+    env = with_hvdlite_importable(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
     result = subprocess.run([PYTHON, "-m", "hvdlite.run", "-np", "2", "--config-file", path, PYTHON, str(script)],
                             env=env, capture_output=True, text=True, timeout=100)

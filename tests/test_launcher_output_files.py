@@ -10,12 +10,11 @@ import uuid
 
 import pytest
 
-import hvdlite.run
+from harness.processes import with_hvdlite_importable
 from hvdlite.run.job import processes_with_environment
 from hvdlite.run.rank_output import padded_rank
 
 PYTHON = sys.executable
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.run.__file__))))
 
 # Writes in pieces: a line, a line in two writes with a pause between them (other ranks write meanwhile), stderr,
 # and output with no newline at the end.
@@ -43,8 +42,7 @@ def _run(tmp_path, body, *flags, timeout=60):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(body))
     token = uuid.uuid4().hex
-    env = dict(os.environ, HVDLITE_TEST_TOKEN=token,
-               PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+    env = with_hvdlite_importable(dict(os.environ, HVDLITE_TEST_TOKEN=token))
     result = subprocess.run([PYTHON, "-m", "hvdlite.run", *flags, PYTHON, str(script)], env=env,
                             capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
     return result, token
@@ -102,8 +100,7 @@ def test_the_jobs_exit_code_is_the_ranks_as_without_the_flag(tmp_path):
 
 def test_a_program_that_does_not_exist_is_reported_in_its_files(tmp_path):
     token = uuid.uuid4().hex
-    env = dict(os.environ, HVDLITE_TEST_TOKEN=token,
-               PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+    env = with_hvdlite_importable(dict(os.environ, HVDLITE_TEST_TOKEN=token))
     result = subprocess.run([PYTHON, "-m", "hvdlite.run", "-np", "2", "--output-filename", "logs",
                              "no-such-program-here"], env=env, capture_output=True, text=True, timeout=60,
                             cwd=str(tmp_path))

@@ -13,6 +13,14 @@ QUIET_THREADS = {"OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "TF_NUM_
                  "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 
 
+def with_hvdlite_importable(env):
+    """env with the folder that holds this hvdlite first on PYTHONPATH, for programs that import it however they
+    are started (a launcher's ranks, a program run as a module)."""
+    import hvdlite
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(hvdlite.__file__)))
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")])))
+
+
 def venv_tool(name):
     """The venv's own program (mpiexec, hvdliterun) where it has one, else the one on PATH."""
     path = os.path.join(os.path.dirname(sys.executable), name)
