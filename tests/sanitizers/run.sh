@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs multi-rank tests against a sanitizer build of the core and the extension:
-#   address: AddressSanitizer + UndefinedBehaviorSanitizer, the core's and the NumPy API's tests;
-#   thread:  ThreadSanitizer, the core's multi-rank tests (background thread, handle table, queue).
+#   address: AddressSanitizer + UndefinedBehaviorSanitizer, the tests marked sanitize(address=True);
+#   thread:  ThreadSanitizer, the tests marked sanitize(thread=True) (background thread, handle table, queue).
 # The build goes to build/sanitize-KIND (CMake's sanitize-KIND preset), so the ordinary build is left alone, and the
 # tests load it through HVDLITE_NATIVE_DIR. Usage: run.sh address|thread [pytest arguments]
 set -euo pipefail
@@ -17,14 +17,8 @@ cmake --preset "sanitize-$kind" -DPython_EXECUTABLE="$python" >/dev/null
 cmake --build --preset "sanitize-$kind"
 export HVDLITE_NATIVE_DIR=$root/build/sanitize-$kind/hvdlite
 
-# Not under a sanitizer: test_core_memory counts allocations with a preloaded library of its own.
-tests=(tests/test_core_collectives.py tests/test_core_direct.py tests/test_core_eager.py tests/test_core_errors.py
-       tests/test_tensor_calls.py tests/test_core_init.py tests/test_core_overlap.py tests/test_core_response_cache.py
-       tests/test_core_hierarchical.py tests/test_core_quiet_wake.py tests/test_core_adasum.py
-       tests/test_gpu_path.py)  # the GPU path through the CUDA and NCCL test doubles
 case $kind in
   address)
-    tests+=(tests/test_numpy_arrays.py tests/test_autotune.py tests/test_timeline.py)
     export LD_PRELOAD=$(gcc -print-file-name=libasan.so)
     export PYTHONMALLOC=malloc  # every Python object through malloc, where ASan sees it
     # Leaks are checked where LeakSanitizer is reliable, in the native unit tests (make native-unit-tests-asan):
@@ -42,6 +36,6 @@ case $kind in
     export UCX_MEM_MMAP_HOOK_MODE=none
     ;;
 esac
-# Multi-rank tests only (-m ranks): the whole-program tests of these files start system tools (pgrep, ps) that
-# must not run with a sanitizer's runtime preloaded.
-exec "$python" -m pytest -q -p no:cacheprovider -m ranks "${tests[@]}" "$@"
+# The tests marked sanitize(KIND=True) (tests/harness/marks.py), multi-rank ones only (-m ranks): the whole-program
+# tests of those files start system tools (pgrep, ps) that must not run with a sanitizer's runtime preloaded.
+exec "$python" -m pytest tests -q -p no:cacheprovider -m "ranks and sanitize($kind=True)" "$@"

@@ -1,0 +1,42 @@
+"""Quiet and wake: ranks stop negotiating while none has work, and the first to get work wakes the others (each
+wake received from its named sender). Hundreds of quiet/wake cycles, ranks pausing at random so that any of them,
+or several at once, wake the rest, with async work in flight. make test runs it across simulated hosts too, on
+both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run."""
+import random
+import time
+
+import numpy as np
+import pytest
+
+import hvdlite as hvd
+
+pytestmark = [pytest.mark.ranks(2, 3, 4), pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20),
+              pytest.mark.across_hosts, pytest.mark.sanitize(address=True, thread=True)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started():
+    hvd.init()
+
+
+@pytest.mark.timeout(120)
+def test_hundreds_of_quiet_and_wake_cycles_complete():
+    rank, size = hvd.rank(), hvd.size()
+    pauses = random.Random(7919 * (rank + 1))  # each rank its own pauses: a different rank wakes each time
+    expected = size * (size + 1) / 2
+    for step in range(400):
+        # Longer than a cycle: every rank goes quiet while one of them is still away.
+        time.sleep(pauses.choice([0, 0, 0.001, 0.002, 0.004]))
+        handles = [hvd.allreduce_async(np.full(16, rank + 1.0), name=f"wake.{j}", op=hvd.Sum) for j in range(2)]
+        for handle in handles:
+            out = hvd.synchronize(handle)
+            assert np.all(out == expected), f"step {step}: {out[:4]}, expected {expected}"
+
+
+@pytest.mark.timeout(120)
+def test_every_rank_waking_at_once():
+    rank, size = hvd.rank(), hvd.size()
+    for step in range(100):
+        time.sleep(0.003)  # all quiet, then all wake together: every rank receives a wake from every other
+        out = hvd.allreduce(np.full(8, float(step + rank)), name="together", op=hvd.Sum)
+        assert np.all(out == size * step + size * (size - 1) / 2), f"step {step}: {out[:4]}"
