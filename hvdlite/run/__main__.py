@@ -12,8 +12,8 @@ from .elastic import Supervisor
 from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .horovodrun_flags import tcp_variables
 from .hosts import rank_placement
-from .job import JOB_MARKER, new_job_id, run_job
-from .launcher_port import COMMITTED, LAUNCHER_VARIABLE
+from .job import JOB_MARKER, new_job_id, report_addresses, run_job
+from .launcher_port import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 
@@ -28,7 +28,7 @@ def _log(message):
 
 def launcher_variables(args):
     """The variables the launcher itself sets on mpiexec for the ranks (run_job, and Supervisor for restarts)."""
-    names = [JOB_MARKER, LAUNCHER_VARIABLE, JOB_VARIABLE]
+    names = [JOB_MARKER, LAUNCHER_VARIABLE, SECRET_VARIABLE, JOB_VARIABLE]
     if args.max_restarts or args.host_discovery_script:
         names.append(RESTART_VARIABLE)
     if args.host_discovery_script:
@@ -120,11 +120,11 @@ def run_once(args, argv, env, command_for):
     --max-restarts), removes its commits, which no later start could find."""
     job = new_job_id()
     env = dict(env, **{JOB_VARIABLE: job})  # where its commits go, if it makes any
+    hosts = [host.name for host in args.hosts or (args.hostfile.hosts if args.hostfile else [])]
     outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None, ranks=args.num_proc,
-                      start_timeout=args.start_timeout)
+                      start_timeout=args.start_timeout, listen_on=report_addresses(hosts, args.interfaces))
     if outcome.code != 0 and COMMITTED in outcome.reports:
-        hosts = args.hosts or (args.hostfile.hosts if args.hostfile else [])
-        remove_commits(job, [host.name for host in hosts], env, command_for, args.launcher_exec, _log, args.ssh_args)
+        remove_commits(job, hosts, env, command_for, args.launcher_exec, _log, args.ssh_args)
     return outcome.code
 
 

@@ -21,7 +21,7 @@ import time
 from .commit_removal import remove_commits
 from .elastic_variables import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
-from .job import STOP_SIGNALS, new_job_id, run_job
+from .job import STOP_SIGNALS, new_job_id, report_addresses, run_job
 from .launcher_port import COMMITTED
 from .reachability import host_problems
 
@@ -145,7 +145,8 @@ class Supervisor:
                     threading.Thread(target=self._poll, args=(hosts, num_proc, news, stop_polling),
                                      daemon=True).start()
                 outcome = run_job(self.build_argv(hosts, num_proc), env, new_job_id(), log=self.log, ranks=num_proc,
-                                  start_timeout=self.args.start_timeout)
+                                  start_timeout=self.args.start_timeout,
+                                  listen_on=report_addresses([h.name for h in hosts or []], self.args.interfaces))
                 stop_polling.set()
                 self.reports |= outcome.reports
                 code = outcome.code

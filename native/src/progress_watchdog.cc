@@ -27,7 +27,7 @@ ProgressWatchdog &ProgressWatchdog::Get() {
 namespace {
 
 // Sends one line to host:port, giving up after a couple of seconds (the launcher may be gone too).
-void SendLine(const std::string &host, const std::string &port, const char *line) {
+void SendLine(const std::string &host, const std::string &port, const std::string &line) {
   addrinfo hints{}, *found = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return;
@@ -40,7 +40,7 @@ void SendLine(const std::string &host, const std::string &port, const char *line
       int error = 0;
       socklen_t length = sizeof error;
       if (poll(&p, 1, 2000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) {
-        sent = send(fd, line, std::strlen(line), MSG_NOSIGNAL) > 0;
+        sent = send(fd, line.data(), line.size(), MSG_NOSIGNAL) > 0;
       }
     }
     close(fd);
@@ -51,9 +51,11 @@ void SendLine(const std::string &host, const std::string &port, const char *line
 
 // hvdliterun (HVDLITE_LAUNCHER=host:pid:start time:port): mpiexec would wait forever for the proxy of an
 // unreachable host, so the launcher ends the job itself when told: by SIGUSR1 on its own host (the start time
-// guards against a reused pid), over TCP from any other.
+// guards against a reused pid), over TCP from any other, the line led by the start's secret
+// (HVDLITE_LAUNCHER_SECRET: the launcher ignores lines without it; hvdlite/run/launcher_port.py).
 void TellTheLauncher() {
   const char *launcher = std::getenv("HVDLITE_LAUNCHER");
+  const char *secret = std::getenv("HVDLITE_LAUNCHER_SECRET");
   char host[256] = {0};
   if (!launcher || gethostname(host, sizeof host - 1) != 0) return;
   std::vector<std::string> parts;
@@ -61,7 +63,7 @@ void TellTheLauncher() {
   for (std::string part; std::getline(fields_of, part, ':');) parts.push_back(part);
   if (parts.size() < 3) return;
   if (parts[0] != host) {
-    if (parts.size() >= 4) SendLine(parts[0], parts[3], "peer unreachable\n");
+    if (parts.size() >= 4 && secret) SendLine(parts[0], parts[3], std::string(secret) + " peer unreachable\n");
     return;
   }
   const std::string pid = parts[1], start_time = parts[2];

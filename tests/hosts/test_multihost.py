@@ -5,7 +5,8 @@ Ranks land where -H or --hostfile puts them (blocks or round-robin) and know the
 unreachable host is reported within seconds, naming it, instead of a hang; --verbose shows each host's ranks; a
 rank killed, or every process of a host, ends the job on every host within 30 s and leaves nothing behind, and so
 does a host cut off from the network (its processes alive, its connections silent: the progress timeout), while a
-rank that computes for longer than that timeout is no failure.
+rank that computes for longer than that timeout is no failure. Reports sent to the launcher's port from another
+host without the job's secret neither end nor alter the job.
 
 The multi-rank tests themselves also run across these hosts: pytest --hosts 2x2 (harness/multirank.py).
 """
@@ -18,7 +19,8 @@ import time
 
 import pytest
 
-from harness.processes import QUIET_THREADS, venv_tool
+from harness.forged_reports import FORGED, WAITING_JOB, launcher_port
+from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available, expected_topology
 
 pytestmark = pytest.mark.simulated_hosts
@@ -217,3 +219,30 @@ def test_a_rank_computing_longer_than_the_progress_timeout_is_no_failure(hosts, 
                        timeout=120, env=environment("ofi"), cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-6000:]
     assert result.stdout.count("PAUSED OK") == 4, result.stdout[-6000:]
+
+
+def test_reports_from_another_host_without_the_secret_neither_end_nor_alter_the_job(hosts, tmp_path):
+    script, go = tmp_path / "job.py", tmp_path / "go"
+    script.write_text(WAITING_JOB)
+    process = hosts.popen("h1", hvdliterun(hosts, "-np", "2", "-H", "h1:1,h2:1", sys.executable, str(script), str(go)),
+                          env=environment("ofi"), cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True)
+    try:
+        seen = read_until(process, "LAUNCHER ", 1, "rank 0 naming the launcher's port")
+        port = launcher_port(next(line for line in seen.splitlines() if line.startswith("LAUNCHER ")))
+        forger = hosts.run("h2", [sys.executable, "-c", f"import sys; sys.path.insert(0, {TESTS_DIR!r}); "
+                                  f"from harness.forged_reports import forge; forge('h1', {port})"],
+                           timeout=60, env=environment("ofi"))
+        assert forger.returncode == 0, forger.stdout
+        time.sleep(1)
+        assert process.poll() is None, "a forged report ended the job"
+        go.touch()
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            hosts.kill_processes()
+    output = seen + rest
+    assert process.returncode == 0, output[-4000:]
+    assert "SUM 0 3" in output and "SUM 1 3" in output, output[-4000:]
+    ignored = f"ignored a connection to the report port from {hosts.address('h2')}"
+    assert output.count(ignored) == len(FORGED), output[-4000:]

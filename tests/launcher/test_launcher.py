@@ -481,10 +481,10 @@ def test_every_report_sent_before_the_job_ends_is_heard():
     listening (the job has ended), every report that reached its port has been handed over, in order. 41 ranks'
     reports arrive at once, and it stops listening right after."""
     from hvdlite.run.job import listen_for_ranks
-    from hvdlite.run.launcher_port import COMMITTED, LAUNCHER_VARIABLE, tell_launcher
+    from hvdlite.run.launcher_port import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE, tell_launcher
     heard = []
-    port, close = listen_for_ranks(heard.append)
-    environ = {LAUNCHER_VARIABLE: f"{socket.gethostname()}:1:1:{port}"}
+    port, close = listen_for_ranks(heard.append, "s3cret")
+    environ = {LAUNCHER_VARIABLE: f"{socket.gethostname()}:1:1:{port}", SECRET_VARIABLE: "s3cret"}
     assert all(tell_launcher(COMMITTED, environ) for _ in range(40))
     assert tell_launcher("starting 7", environ)
     close()
