@@ -28,8 +28,8 @@ def run(autotune, log_path, args, workdir):
     env.pop("HVDLITE_AUTOTUNE", None)
     if autotune:
         env.update(HVDLITE_AUTOTUNE="1", HVDLITE_AUTOTUNE_LOG=log_path)
-    command = [sys.executable, "-m", "hvdlite.run", "-np", "2", sys.executable, os.path.join(HERE, "torch_synthetic.py"),
-               "--worker", "hvdlite", "--result-file", result_file, "--num-iters", str(args.iters),
+    command = [sys.executable, "-m", "hvdlite.runner", "-np", "2", sys.executable,
+               os.path.join(HERE, "torch_synthetic.py"), "--worker", "hvdlite", "--result-file", result_file, "--num-iters", str(args.iters),
                "--num-batches-per-iter", "5", *args.worker_options]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0 or not os.path.exists(result_file):

@@ -59,8 +59,8 @@ def this_command():
 def launch_binding(mpiexec, nranks):
     """mpiexec options binding the ranks as hvdliterun does by default (--bind-to auto): every method compared
     runs in the same bound processes."""
-    from hvdlite.run import binding
-    from hvdlite.run.mpiexec import detect_flavour
+    from hvdlite.runner import binding
+    from hvdlite.runner.mpiexec import detect_flavour
     return binding.binding_arguments(detect_flavour(mpiexec), binding.plan(binding.AUTO, nranks, None,
                                                                            binding.allowed_cpus()))
 

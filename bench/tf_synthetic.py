@@ -28,8 +28,8 @@ import sys
 import tempfile
 import time
 
-from hvdlite.run import binding
-from hvdlite.run.mpiexec import detect_flavour
+from hvdlite.runner import binding
+from hvdlite.runner.mpiexec import detect_flavour
 
 HERE = os.path.abspath(__file__)
 LABELS = {"hvdlite-fit": "hvdlite DistributedOptimizer, model.fit",

@@ -215,7 +215,7 @@ def worker_command(args, framework, result_file):
     command = [sys.executable, HERE, "--worker", framework, "--result-file", result_file] + passthrough
     if framework == "single":
         return command
-    return [sys.executable, "-m", "hvdlite.run", "-np", str(args.np)] + command
+    return [sys.executable, "-m", "hvdlite.runner", "-np", str(args.np)] + command
 
 
 def run_framework(args, framework, workdir):

@@ -3,8 +3,8 @@
 The framework-free core: lifecycle, process sets and numpy-level collectives. Framework adapters
 live in hvdlite.torch, hvdlite.tensorflow and hvdlite.keras.
 
-Names load on first use: ``import hvdlite.run`` or ``hvdlite.config`` (the launcher) must neither open
-the native library nor start MPI in the launcher's own process.
+Names load on first use: ``import hvdlite.runner`` or ``hvdlite.config`` (the launcher) must neither open
+the native library nor start MPI in the launcher's own process. ``hvdlite.run(func, num_proc=N)`` is horovod.run.
 """
 import importlib
 
@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _build_info.redirect_native_imports()
 
 _EXPORTS = {
-    "basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled", "init",
+    "basics": ["ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "gloo_built", "gloo_enabled",
                "is_homogeneous",
                "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
                "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline"],
@@ -25,11 +25,11 @@ _EXPORTS = {
             "broadcast_object", "grouped_allreduce", "grouped_allreduce_async", "join", "poll", "reducescatter",
             "reducescatter_async", "synchronize"],
     "process_sets": ["ProcessSet", "add_process_set", "global_process_set", "remove_process_set"],
+    "runner": ["run"],
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-from . import run  # noqa: E402 (the launcher's package, light: also horovod.run, hvdlite.run(func, num_proc=N))
-__all__ = sorted(_MODULE_OF)
+__all__ = sorted([*_MODULE_OF, "init"])
 
 
 def __getattr__(name):
@@ -39,6 +39,13 @@ def __getattr__(name):
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+def init(comm=None, process_sets=None):
+    """Starts hvdlite on this rank (basics.init), then binds every exported name here (_bind_all)."""
+    from .basics import init as start
+    start(comm, process_sets)
+    _bind_all()
 
 
 def _bind_all():

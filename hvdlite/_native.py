@@ -10,6 +10,7 @@ import re
 import cffi
 
 from . import build_info
+from .runner.protocol import STARTED, STARTING, report_mpi_start
 
 _SOURCE_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "native", "include", "hvdlite.h")
 
@@ -31,7 +32,6 @@ def _load():
     ffi = cffi.FFI()
     with open(header) as f:
         ffi.cdef(_declarations(f.read()))
-    from mpi4py import MPI  # loads and initialises the MPI the core links against
     build_info.check_same_mpi(MPI.Get_library_version())
     # The extension before the core: importing it is what makes an editable install rebuild what changed, and it
     # loads the core (its dependency, by soname) that the dlopen below then shares.
@@ -39,6 +39,17 @@ def _load():
     return ffi, ffi.dlopen(library)
 
 
+def _start_mpi():
+    """Imports mpi4py's MPI, which loads the MPI library the core links against and starts MPI (mpi4py's own
+    contract: a program may use mpi4py between importing hvdlite and hvd.init()). A rank that hvdliterun started
+    tells it before and after (runner/start_watch.py: a job whose MPI never gets going is ended)."""
+    report_mpi_start(STARTING)
+    from mpi4py import MPI
+    report_mpi_start(STARTED)
+    return MPI
+
+
+MPI = _start_mpi()
 ffi, lib = _load()
 
 ERROR_BUFFER_BYTES = 4096

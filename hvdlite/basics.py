@@ -1,18 +1,10 @@
 """Lifecycle and topology: init, shutdown, rank and size queries, timeline control."""
 import atexit
-import importlib
 
-from .run import start_watch
-
-start_watch.report(start_watch.STARTING)  # hvdliterun ends a job whose MPI never gets going (start_watch.py)
-from mpi4py import MPI  # noqa: E402 (starts MPI)
-
-start_watch.report(start_watch.STARTED)
-
-from . import build_info, config, mpi_leftovers  # noqa: E402
+from . import build_info, config, mpi_leftovers
+from ._native import MPI, error_buffer, error_text, ffi, lib
 from .logging import get_logger
 from .logging import set_rank as _set_log_rank
-from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
 from .process_sets import _refresh_global, add_process_set
 
@@ -63,7 +55,6 @@ def init(comm=None, process_sets=None):
         _atexit_registered = True
     for process_set in process_sets or ():
         add_process_set(process_set)
-    importlib.import_module("hvdlite")._bind_all()  # hvd.X reads specialised from here on (see there)
 
 
 def shutdown():

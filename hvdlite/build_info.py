@@ -11,8 +11,6 @@ import json
 import os
 import sys
 
-import hvdlite
-
 NATIVE_DIR_VARIABLE = "HVDLITE_NATIVE_DIR"
 BUILD_INFO_NAME = "build_info.json"
 
@@ -22,7 +20,7 @@ def native_dirs():
     explicit = os.environ.get(NATIVE_DIR_VARIABLE)
     if explicit:
         return [os.path.abspath(explicit)]
-    return [os.path.abspath(path) for path in hvdlite.__path__]
+    return [os.path.abspath(path) for path in sys.modules[__package__].__path__]  # the package, imported first
 
 
 def native_file(name):

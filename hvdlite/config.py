@@ -3,7 +3,7 @@
 Every setting is listed once in SETTINGS: its HVDLITE_* environment variable, the HOROVOD_* name accepted as an
 alias (the HVDLITE_* name wins when both are set), default, meaning, and the hvdliterun flag that sets it.
 `resolve()` reads and validates the environment, `to_native()` fills the C struct `hvdlite_config`
-(native/include/hvdlite.h), and `markdown_table()` renders the table that README.md shows.
+(native/include/hvdlite.h), and `markdown_table()` renders the table that docs/configuration.md shows.
 """
 import os
 from dataclasses import dataclass
@@ -259,7 +259,7 @@ def _flag_text(setting):
 
 
 def markdown_table():
-    """The configuration table in Markdown, as README.md shows it."""
+    """The configuration table in Markdown, as docs/configuration.md shows it."""
     lines = ["| Variable | Horovod alias | Default | Values | hvdliterun flag | Meaning |",
              "|---|---|---|---|---|---|"]
     for setting in SETTINGS:
@@ -270,5 +270,5 @@ def markdown_table():
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # python -m hvdlite.config prints the table for README.md
+if __name__ == "__main__":  # python -m hvdlite.config prints the table for docs/configuration.md
     print(markdown_table(), end="")

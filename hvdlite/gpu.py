@@ -17,7 +17,7 @@ import sys
 from . import config
 from ._native import ffi, lib
 from .errors import HorovodInternalError
-from .ops import Adasum, Average, Sum
+from .requests import ReduceOp
 
 NCCL_WHEEL_FOLDER = os.path.join("nvidia", "nccl", "lib")
 # The core's dtype names that NCCL reduces (int16, uint16 and bool it does not).
@@ -84,12 +84,12 @@ def serves(collective, dtype, op=0, prescale_factor=1.0, postscale_factor=1.0):
         return False
     if collective in ("broadcast", "allgather", "alltoall"):  # bytes moved, any dtype
         return True
-    if dtype not in NCCL_DTYPES or op == Adasum:
+    if dtype not in NCCL_DTYPES or op == ReduceOp.ADASUM:
         return False
     scaled = prescale_factor != 1.0 or postscale_factor != 1.0
-    if op not in (Sum, Average):
+    if op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
         return not scaled
-    return dtype in FLOATING_DTYPES or (op == Sum and not scaled)
+    return dtype in FLOATING_DTYPES or (op == ReduceOp.SUM and not scaled)
 
 
 def _raise_if(code, buffer, what):

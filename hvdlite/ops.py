@@ -12,10 +12,11 @@ import numpy as np
 from . import _tensor_calls
 from .basics import _require_init, rank
 from .process_sets import global_process_set
-from .requests import (Collective, PreparedGroup, PreparedRequest, Request, address, auto_name, dtype_name, remember,
-                       run, submit)
+from .requests import (Collective, PreparedGroup, PreparedRequest, ReduceOp, Request, address, auto_name, dtype_name,
+                       remember, submit, submit_and_wait)
 
-Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+Average, Sum, Adasum, Min, Max, Product = (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM, ReduceOp.MIN, ReduceOp.MAX,
+                                           ReduceOp.PRODUCT)
 _REDUCE_OPS = frozenset((Average, Sum, Adasum, Min, Max, Product))
 
 # How many int handles are not synchronized yet. They live in a C table (native/python/int_handles.c), filled by
@@ -82,7 +83,7 @@ synchronize = _tensor_calls.synchronize
 
 def _run(request, finish):
     """A synchronous collective: one call submits and waits (no coalescing window); returns finish(handle)."""
-    handle = run(request)
+    handle = submit_and_wait(request)
     try:
         return finish(handle)
     finally:

@@ -27,6 +27,16 @@ class Collective:
     JOIN = lib.HVDLITE_JOIN
 
 
+class ReduceOp:
+    """The core's reduce ops (enum hvdlite_reduce_op); Horovod's hvd.Average, hvd.Sum, ... are these numbers."""
+    AVERAGE = lib.HVDLITE_OP_AVERAGE
+    SUM = lib.HVDLITE_OP_SUM
+    ADASUM = lib.HVDLITE_OP_ADASUM
+    MIN = lib.HVDLITE_OP_MIN
+    MAX = lib.HVDLITE_OP_MAX
+    PRODUCT = lib.HVDLITE_OP_PRODUCT
+
+
 DTYPES = {
     "uint8": lib.HVDLITE_UINT8, "int8": lib.HVDLITE_INT8, "int16": lib.HVDLITE_INT16,
     "int32": lib.HVDLITE_INT32, "int64": lib.HVDLITE_INT64, "float16": lib.HVDLITE_FLOAT16,
@@ -90,7 +100,7 @@ class Request:
 Handle = _tensor_calls.Handle
 _tensor_calls.configure_requests(DTYPES, global_process_set)
 _submit_request = _tensor_calls.submit_request
-_run_request = _tensor_calls.run_request
+_submit_and_wait_request = _tensor_calls.submit_and_wait_request
 
 
 # The hot path of every collective: names and shapes repeat step after step (gradients), so their C
@@ -269,9 +279,9 @@ class PreparedRequest(_tensor_calls.PreparedRequestBase):
     a token (hvdlite_prepare) while this object lives.
 
     ``submit(input, output, keepalive)`` submits with these buffers (integer addresses, or contiguous arrays;
-    same dtype and shape as prepared) kept alive by keepalive and returns the Handle at once; ``run`` (same
-    arguments) also waits, as ``run()``. Both are C methods (``native/python/prepared_request.c``): no Python
-    frame per gradient.
+    same dtype and shape as prepared) kept alive by keepalive and returns the Handle at once;
+    ``submit_and_wait`` (same arguments) also waits, as ``submit_and_wait()``. Both are C methods
+    (``native/python/prepared_request.c``): no Python frame per gradient.
     """
 
     __slots__ = ("_c", "_owned", "_token")
@@ -355,20 +365,20 @@ class PreparedGroup:
         return GroupHandle(ids, self._count, self._names, keepalive if keepalive is not None else self._owned)
 
 
-def run(request):
+def submit_and_wait(request):
     """Submits one request and waits for it (a synchronous collective); returns its finished Handle.
 
     Faster than submit() + wait() for a request nothing else is batched with: the background thread
     starts the round at once instead of holding the queue open for more submissions.
     Raises HvdliteError if the collective failed (the handle is released then).
     """
-    handle = _run_request(request)  # filled in C, as submit
+    handle = _submit_and_wait_request(request)  # filled in C, as submit
     if handle is not None:
         return handle
     c_request, _owned = _filled(request)
     buffer = _error_buffer()
     c_handle = ffi.new("hvdlite_handle *")
-    code = lib.hvdlite_run(c_request, c_handle, buffer, len(buffer))
+    code = lib.hvdlite_enqueue_and_wait(c_request, c_handle, buffer, len(buffer))
     if code < 0:
         _raise_for(code, buffer)
     handle = Handle(c_handle[0], request.keepalive, request.name)

@@ -10,7 +10,7 @@ import numpy as np
 
 from hvdlite import ops as core_ops
 from hvdlite.errors import HvdliteError
-from hvdlite.requests import Collective, Request, dtype_name, release_all, run, submit_group, wait_all
+from hvdlite.requests import Collective, Request, dtype_name, release_all, submit_and_wait, submit_group, wait_all
 
 def aligned_empty(shape, dtype, alignment=64):
     """An uninitialised array whose data starts on a 64-byte boundary, as TensorFlow's kernels expect of
@@ -38,7 +38,7 @@ def _run(requests):
     handle is done and released, so that no handle outlives the call."""
     if len(requests) == 1:  # one call submits and waits: no coalescing window
         try:
-            return [run(requests[0])], None
+            return [submit_and_wait(requests[0])], None
         except HvdliteError as error:
             return [], error
     handles = submit_group(requests)

@@ -1,8 +1,9 @@
 """hvdlite.torch: Horovod's PyTorch API over the hvdlite core.
 
 ``import hvdlite.torch as hvd`` is the only change a Horovod PyTorch script needs. Tensors are handed to the
-core as host pointers, dtypes and shapes (no C++ is compiled against PyTorch); GPU tensors are staged through
-host memory. Importing this module never requires CUDA.
+core as pointers, dtypes and shapes (no C++ is compiled against PyTorch): CPU tensors' host memory, and CUDA
+tensors' device memory with the caller's stream, which the core's NCCL path orders itself after (gpu_path.py;
+where no NCCL is found, they are staged through host memory). Importing this module never requires CUDA.
 """
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
                             gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,

@@ -8,5 +8,5 @@ starts again. See docs/elastic.md.
 """
 from hvdlite.errors import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 
-from .runner import run  # noqa: F401
+from .resume import run  # noqa: F401
 from .state import ObjectState, State  # noqa: F401

@@ -29,8 +29,8 @@ import numpy as np
 from hvdlite import basics, ops
 from hvdlite.errors import HorovodInternalError
 from hvdlite.process_sets import global_process_set
-from hvdlite.run import commit_folders, launcher_port
-from hvdlite.run.commit_folders import directory, memory_directory
+from hvdlite.runner import commit_folders, protocol
+from hvdlite.runner.commit_folders import directory, memory_directory
 
 from . import memory_slots
 from .commit_body import decode, encode, parts, pickled  # noqa: F401 (encode: for callers)
@@ -181,7 +181,7 @@ def write(sequence, payload):
     global _writer, _launcher_told
     if not _launcher_told:
         # Before anything is written: a launcher that will not start the job again removes what it leaves.
-        launcher_port.tell_launcher(launcher_port.COMMITTED)
+        protocol.tell_launcher(protocol.COMMITTED)
         _launcher_told = True
     data, views = pickled(payload)
     memory = host_memory()

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from hvdlite import basics, ops
-from hvdlite.run.elastic_variables import NOTIFY_VARIABLE
+from hvdlite.runner.protocol import NOTIFY_VARIABLE
 CHECK_INTERVAL = 1.0
 MAX_SKIPPED = 100  # bounds the delay when checks slow down after a fast stretch: at most this many checks
 

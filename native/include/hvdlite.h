@@ -165,7 +165,7 @@ int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlit
 /* Enqueue and wait in one call, for synchronous collectives: the background thread starts the round at
  * once (no coalescing window). A negative code as above when nothing was enqueued; otherwise *handle is
  * set and the result is hvdlite_wait's (0 success, 1 error). Release the handle afterwards. */
-int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len);
+int hvdlite_enqueue_and_wait(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len);
 
 /* 1 done (successfully or not), 0 pending, -1 unknown handle. */
 int hvdlite_poll(hvdlite_handle handle);

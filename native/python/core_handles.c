@@ -340,7 +340,7 @@ PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject 
   return (PyObject *)handle;
 }
 
-/* hvdlite_run without the GIL: 0 done or 1 failed (*id is the finished request's handle, to release), or -1
+/* hvdlite_enqueue_and_wait without the GIL: 0 done or 1 failed (*id is the finished request's handle, to release), or -1
  * refused (raised as ValueError or HvdliteError, no handle). */
 static int run_without_gil(const hvdlite_request *request, hvdlite_handle *id) {
   char error[ERROR_BYTES];
@@ -348,7 +348,7 @@ static int run_without_gil(const hvdlite_request *request, hvdlite_handle *id) {
   *id = RELEASED;
   int code;
   Py_BEGIN_ALLOW_THREADS
-  code = hvdlite_run(request, id, error, ERROR_BYTES);
+  code = hvdlite_enqueue_and_wait(request, id, error, ERROR_BYTES);
   Py_END_ALLOW_THREADS
   if (code < 0) {
     error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
@@ -399,7 +399,7 @@ int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *out
   return 0;
 }
 
-PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
+PyObject *submit_and_wait_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
   hvdlite_handle id;

@@ -33,8 +33,8 @@ EXTENSION_INTERNAL int finish_one(CoreHandle *handle);
 EXTENSION_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
 /* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)
  * when the collective failed or the core refused it. */
-EXTENSION_INTERNAL PyObject *run_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
-/* hvdlite_run without the GIL, then the handle released: 0 done, 1 failed (the error raised), -1 refused
+EXTENSION_INTERNAL PyObject *submit_and_wait_filled(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
+/* hvdlite_enqueue_and_wait without the GIL, then the handle released: 0 done, 1 failed (the error raised), -1 refused
  * (raised). For callers that need only the outputs (the numpy all-reduce). */
 EXTENSION_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *name);
 

@@ -1,8 +1,9 @@
 /* hvdlite._tensor_calls, PreparedRequestBase: the C half of hvdlite.requests.PreparedRequest.
  *
  * The torch optimizer submits every gradient through a PreparedRequest, once per step. As a Python method,
- * submit cost a Python frame on top of the C call it made, a third of a submission. Here submit and run are the methods themselves: the request's address and name live in this
- * struct, and requests.py's subclass fills the C request, prepares it with the core and keeps what it points to.
+ * submit cost a Python frame on top of the C call it made, a third of a submission. Here submit and
+ * submit_and_wait are the methods themselves: the request's address and name live in this struct, and
+ * requests.py's subclass fills the C request, prepares it with the core and keeps what it points to.
  */
 #include "requests.h"
 
@@ -43,10 +44,10 @@ static PyObject *prepared_submit(PreparedRequestBase *self, PyObject *const *arg
   return enqueue(&request, args[2], self->name);
 }
 
-static PyObject *prepared_run(PreparedRequestBase *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *prepared_submit_and_wait(PreparedRequestBase *self, PyObject *const *args, Py_ssize_t nargs) {
   hvdlite_request request;
-  if (pointed(self, "run", args, nargs, &request) != 0) return NULL;
-  return run_filled(&request, args[2], self->name);
+  if (pointed(self, "submit_and_wait", args, nargs, &request) != 0) return NULL;
+  return submit_and_wait_filled(&request, args[2], self->name);
 }
 
 static void prepared_dealloc(PreparedRequestBase *self) {
@@ -58,8 +59,8 @@ static PyMethodDef prepared_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))prepared_submit, METH_FASTCALL,
      "submit(input, output, keepalive): submits with these buffers (integer addresses, or contiguous arrays; same "
      "dtype and shape as prepared) kept alive by keepalive; returns the Handle at once."},
-    {"run", (PyCFunction)(void (*)(void))prepared_run, METH_FASTCALL,
-     "run(input, output, keepalive): as submit, and waits (the core starts its round at once); returns the "
+    {"submit_and_wait", (PyCFunction)(void (*)(void))prepared_submit_and_wait, METH_FASTCALL,
+     "submit_and_wait(input, output, keepalive): as submit, and waits (the core starts its round at once); returns the "
      "finished Handle, or raises HvdliteError (releasing it) when the collective failed."},
     {NULL, NULL, 0, NULL}};
 

@@ -4,7 +4,7 @@
  * Filling its C struct through cffi, field by field, cost more than a small all-reduce.
  * Here the fields are read once each into a struct on the stack and enqueued. Anything out of the ordinary
  * (splits, cffi pointers, an unknown dtype, a process set not added, a shape that is not a short sequence of
- * ints) is left to requests.py's Python fill, which raises what is wrong: submit_request and run_request return
+ * ints) is left to requests.py's Python fill, which raises what is wrong: submit_request and submit_and_wait_request return
  * None then.
  */
 #include "requests.h"
@@ -111,7 +111,7 @@ python:
   return -1;
 }
 
-/* The request filled in C and given to start (enqueue or run_filled): its Handle, or None when requests.py must
+/* The request filled in C and given to start (enqueue or submit_and_wait_filled): its Handle, or None when requests.py must
  * fill it (it then raises what is wrong). */
 static PyObject *start_request(PyObject *request,
                                PyObject *(*start)(const hvdlite_request *, PyObject *keepalive, PyObject *name)) {
@@ -133,9 +133,9 @@ static PyObject *start_request(PyObject *request,
 /* submit_request(request) -> its Handle at once, or None (see start_request). */
 static PyObject *submit_request(PyObject *module, PyObject *request) { return start_request(request, enqueue); }
 
-/* run_request(request) -> its finished Handle (submitted and waited for), or None (see start_request). */
-static PyObject *run_request_object(PyObject *module, PyObject *request) {
-  return start_request(request, run_filled);
+/* submit_and_wait_request(request) -> its finished Handle (submitted and waited for), or None (see start_request). */
+static PyObject *submit_and_wait_request_object(PyObject *module, PyObject *request) {
+  return start_request(request, submit_and_wait_filled);
 }
 
 int process_set_id_of(PyObject *process_set) {
@@ -163,8 +163,8 @@ static PyObject *configure_requests(PyObject *module, PyObject *const *args, Py_
 PyMethodDef request_object_functions[] = {
     {"submit_request", submit_request, METH_O,
      "submit_request(request) -> Handle, or None when the request needs requests.py's checks."},
-    {"run_request", run_request_object, METH_O,
-     "run_request(request) -> finished Handle, or None when the request needs requests.py's checks."},
+    {"submit_and_wait_request", submit_and_wait_request_object, METH_O,
+     "submit_and_wait_request(request) -> finished Handle, or None when the request needs requests.py's checks."},
     {"configure_requests", (PyCFunction)(void (*)(void))configure_requests, METH_FASTCALL,
      "configure_requests(dtypes, global_process_set): requests.DTYPES and the default process set."},
     {NULL, NULL, 0, NULL}};

@@ -14,6 +14,6 @@ EXTENSION_INTERNAL extern PyObject *global_process_set;
 /* A ProcessSet's process_set_id, or -1 with no error set when it has none (not added to hvdlite yet). */
 EXTENSION_INTERNAL int process_set_id_of(PyObject *process_set);
 
-/* submit_request, run_request and configure_requests, and their set-up at import (0, or -1 with an error set). */
+/* submit_request, submit_and_wait_request and configure_requests, and their set-up at import (0, or -1 with an error set). */
 EXTENSION_INTERNAL extern PyMethodDef request_object_functions[];
 EXTENSION_INTERNAL int request_objects_ready(void);

@@ -191,7 +191,7 @@ int hvdlite_enqueue_group(const hvdlite_request *requests, int32_t count, hvdlit
   return EnqueueGroup(requests, count, handles, error, error_len, /*wait=*/false);
 }
 
-int hvdlite_run(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len) {
+int hvdlite_enqueue_and_wait(const hvdlite_request *request, hvdlite_handle *handle, char *error, int error_len) {
   return EnqueueGroup(request, 1, handle, error, error_len, /*wait=*/true);
 }
 

@@ -52,7 +52,7 @@ void SendLine(const std::string &host, const std::string &port, const std::strin
 // hvdliterun (HVDLITE_LAUNCHER=host:pid:start time:port): mpiexec would wait forever for the proxy of an
 // unreachable host, so the launcher ends the job itself when told: by SIGUSR1 on its own host (the start time
 // guards against a reused pid), over TCP from any other, the line led by the start's secret
-// (HVDLITE_LAUNCHER_SECRET: the launcher ignores lines without it; hvdlite/run/launcher_port.py).
+// (HVDLITE_LAUNCHER_SECRET: the launcher ignores lines without it; hvdlite/runner/protocol.py).
 void TellTheLauncher() {
   const char *launcher = std::getenv("HVDLITE_LAUNCHER");
   const char *secret = std::getenv("HVDLITE_LAUNCHER_SECRET");

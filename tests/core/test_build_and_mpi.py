@@ -92,7 +92,7 @@ def test_a_process_running_another_mpi_library_is_refused(built, running):
 
 def test_the_launcher_uses_the_mpiexec_of_the_mpi_it_was_built_with():
     """An MPI from a wheel records no mpiexec (the environment's own is used); a system MPI's is kept."""
-    code, output = run([sys.executable, "-m", "hvdlite.run", "-np", "2", "--dry-run", "true"], timeout=60)
+    code, output = run([sys.executable, "-m", "hvdlite.runner", "-np", "2", "--dry-run", "true"], timeout=60)
     assert code == 0, output
     info = build_info.read()
     expected = info["mpiexec"] or os.path.join(os.path.dirname(sys.executable), "mpiexec")

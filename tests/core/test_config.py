@@ -1,4 +1,4 @@
-"""The configuration table: parsing, Horovod aliases, errors, the C struct, and the README's copy."""
+"""The configuration table: parsing, Horovod aliases, errors, the C struct, and the copy in docs/configuration.md."""
 import os
 import re
 
@@ -131,13 +131,13 @@ def test_launcher_flag_values_become_environment_values():
         config.SETTINGS_BY_NAME["cycle_time_ms"].flag_to_env("soon")
 
 
-def test_readme_configuration_table_is_the_generated_one():
-    with open(os.path.join(ROOT, "README.md")) as stream:
-        readme = stream.read()
-    match = re.search(r"<!-- configuration table: begin -->\n(.*?)<!-- configuration table: end -->", readme, re.S)
-    assert match, "README.md lacks the configuration table markers"
+def test_the_documented_configuration_table_is_the_generated_one():
+    with open(os.path.join(ROOT, "docs", "configuration.md")) as stream:
+        documented = stream.read()
+    match = re.search(r"<!-- configuration table: begin -->\n(.*?)<!-- configuration table: end -->", documented, re.S)
+    assert match, "docs/configuration.md lacks the configuration table markers"
     assert match.group(1) == config.markdown_table(), \
-        "README.md's configuration table is stale: paste the output of `python -m hvdlite.config`"
+        "docs/configuration.md's configuration table is stale: paste the output of `python -m hvdlite.config`"
 
 
 @pytest.mark.parametrize("raw,algorithm", [("1", "hierarchical"), ("true", "hierarchical"), ("0", "auto")])

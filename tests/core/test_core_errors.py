@@ -188,6 +188,6 @@ def test_queries_keep_working_after_a_peer_shuts_down(tmp_path):
 
 
 def test_importing_the_launcher_loads_neither_mpi_nor_the_core():
-    code = ("import sys, hvdlite, hvdlite.run, hvdlite.config; "
+    code = ("import sys, hvdlite, hvdlite.runner, hvdlite.config; "
             "loaded = {'mpi4py.MPI', 'hvdlite._native'} & set(sys.modules); assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

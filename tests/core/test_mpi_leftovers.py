@@ -14,7 +14,7 @@ import pytest
 
 from harness.processes import QUIET_THREADS, read_until, run, venv_tool
 from hvdlite import mpi_leftovers
-from hvdlite.run.job import processes_with_environment
+from hvdlite.runner.job import processes_with_environment
 
 pytestmark = pytest.mark.openmpi
 

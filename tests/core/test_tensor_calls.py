@@ -1,5 +1,5 @@
 """The per-tensor calls made in C (hvdlite._tensor_calls, native/python/), on real MPI ranks: prepared requests resubmitted
-with new buffers step after step (as arrays and as addresses, submitted and run), handles dropped before their
+with new buffers step after step (as arrays and as addresses, submitted, and submitted and waited for), handles dropped before their
 collective finished (their memory must live until it has), released handles, buffers the core cannot use, a
 prepared group pointed at new buffers in one call, a failing member of wait_all, Handle.finish (wait and
 release in one call), one-off Requests (filled in
@@ -17,7 +17,7 @@ import pytest
 
 import hvdlite as hvd
 from hvdlite import _tensor_calls
-from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, run, submit, wait_all
+from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, submit_and_wait, wait_all
 from harness.checks import assert_raises
 from harness.reference import check_close, rank_input, reduce_reference
 
@@ -39,7 +39,7 @@ def prepared(name, dtype, shape, op=hvd.Sum):
 
 def test_prepared_reuse():
     rank, size = hvd.rank(), hvd.size()
-    # One request filled once, given new arrays every step; each form of buffer, submitted and run.
+    # One request filled once, given new arrays every step; each form of buffer, submitted, and submitted and waited for.
     for dtype in ("float32", "bfloat16", "int64"):
         request = prepared(f"hot.reuse.{dtype}", dtype, (3, 5))
         for step in range(6):
@@ -52,7 +52,7 @@ def test_prepared_reuse():
                 handle = request.submit(x.ctypes.data, out.ctypes.data, (x, out))
                 wait_all([handle])
             else:
-                handle = request.run(x, out, (x, out))
+                handle = request.submit_and_wait(x, out, (x, out))
             assert handle.poll(), "a waited handle must poll as done"
             handle.release()
             inputs = [rank_input(dtype, (3, 5), r, "sum", ("reuse", dtype, step)) for r in range(size)]
@@ -61,7 +61,7 @@ def test_prepared_reuse():
     request = prepared("hot.inplace", "float64", (7,), op=hvd.Average)
     for step in range(3):
         x = rank_input("float64", (7,), rank, "average", ("inplace", step))
-        request.run(x, x, x).release()
+        request.submit_and_wait(x, x, x).release()
         inputs = [rank_input("float64", (7,), r, "average", ("inplace", step)) for r in range(size)]
         check_close("hot.inplace", x, reduce_reference(inputs, "average"), "float64", f"step {step}")
 
@@ -81,10 +81,10 @@ def test_prepared_tokens():
     assert shared._token > 0, "a request prepared after init must have a token"
     for step in range(3):
         x = ones(4)
-        shared.run(x, x, x).release()
+        shared.submit_and_wait(x, x, x).release()
         expect_sum("hot.token.shared", x, f"prepared, step {step}", size)
         y = ones((2, 3), "float64")
-        run(Request(Collective.ALLREDUCE, "hot.token.shared", "float64", y.shape, y.ctypes.data, y.ctypes.data,
+        submit_and_wait(Request(Collective.ALLREDUCE, "hot.token.shared", "float64", y.shape, y.ctypes.data, y.ctypes.data,
                     op=hvd.Sum, keepalive=y)).release()
         expect_sum("hot.token.shared", y, f"by value, step {step}", size, "float64")
     # In flight, the token is refused as a duplicate (by value too), and nothing is left in flight by it.
@@ -102,7 +102,7 @@ def test_prepared_tokens():
                                    a.ctypes.data, op=hvd.Sum, keepalive=a)] * 2)
     assert_raises(ValueError, twice.submit, match=["Duplicate tensor name", "hot.token.twice"])
     once = prepared("hot.token.twice", "float32", (4,))
-    once.run(b, b, b).release()
+    once.submit_and_wait(b, b, b).release()
     expect_sum("hot.token.twice", b, "after the refused group", size)
     # Dropped while in flight: the request still completes, and its name is free afterwards.
     c = ones(4)
@@ -114,7 +114,7 @@ def test_prepared_tokens():
     handle.release()
     expect_sum("hot.token.dropped", c, "prepared request dropped in flight", size)
     d = ones(4)
-    run(Request(Collective.ALLREDUCE, "hot.token.dropped", "float32", (4,), d.ctypes.data, d.ctypes.data,
+    submit_and_wait(Request(Collective.ALLREDUCE, "hot.token.dropped", "float32", (4,), d.ctypes.data, d.ctypes.data,
                 op=hvd.Sum, keepalive=d)).release()
     expect_sum("hot.token.dropped", d, "by value after the drop", size)
     # Prepared in a process set that is then removed: checked again, it is refused naming the set and tensor. A
@@ -124,7 +124,7 @@ def test_prepared_tokens():
                                      process_set=subset))
     e = ones(4)
     if rank < size - 1:
-        in_set.run(e, e, e).release()
+        in_set.submit_and_wait(e, e, e).release()
         check_close("hot.token.set", e, np.full(4, (size - 1) * size / 2), "float32", "in an added process set")
     else:
         assert in_set._token == 0, "a rank outside the set must get no token"
@@ -257,11 +257,11 @@ def test_unusable_buffers():
     assert_raises(ValueError, lambda: request.submit(x, read_only, x), match=["output", "hot.buffers", "read-only"])
     assert_raises(TypeError, lambda: request.submit("not a buffer", x, x), match=["input", "hot.buffers"])
     assert_raises(TypeError, lambda: request.submit(x, x), match=["submit", "3 arguments (2 given)"])
-    assert_raises(TypeError, lambda: request.run(x, x, x, x), match=["run", "3 arguments (4 given)"])
+    assert_raises(TypeError, lambda: request.submit_and_wait(x, x, x, x), match=["submit_and_wait", "3 arguments (4 given)"])
     assert_raises(ValueError, lambda: _tensor_calls.PreparedRequestBase().submit(x, x, x), match=["never filled"])
     # Nothing was left in flight by the refusals: the name goes through now, on every rank.
     out = np.empty_like(x)
-    request.run(x, out, (x, out)).release()
+    request.submit_and_wait(x, out, (x, out)).release()
     check_close("hot.buffers", out, np.full(4, float(size)), "float32", "after refused buffers")
 
 
@@ -330,13 +330,13 @@ def test_plain_requests():
             where = (x.ctypes.data, out.ctypes.data) if pointers == "ints" else (address(x), address(out))
             request = Request(Collective.ALLREDUCE, name, dtype, list(shape), *where, op=ops[op_name],
                               prescale_factor=pre, postscale_factor=post, keepalive=(x, out))
-            handle = submit(request) if i % 2 == 0 else run(request)
+            handle = submit(request) if i % 2 == 0 else submit_and_wait(request)
             handle.wait()
             handle.release()
             inputs = [rank_input(dtype, shape, r, op_name, ("plain", i)) for r in range(size)]
             check_close(name, out, reduce_reference(inputs, op_name, pre, post), dtype, f"submit(Request) {pointers}")
     x = np.arange(4, dtype=np.float32) + rank
-    run(Request(Collective.BROADCAST, "hot.plain.bcast", "float32", x.shape, x.ctypes.data, x.ctypes.data,
+    submit_and_wait(Request(Collective.BROADCAST, "hot.plain.bcast", "float32", x.shape, x.ctypes.data, x.ctypes.data,
                 root_rank=size - 1, keepalive=x)).release()
     check_close("hot.plain.bcast", x, np.arange(4, dtype=np.float64) + size - 1, "float32", "broadcast")
     # What C leaves to Python, refused as before, naming the tensor.
@@ -345,11 +345,11 @@ def test_plain_requests():
                                         y.ctypes.data, keepalive=y)), match=["hot.plain.bad", "complex64"])
     assert_raises(ValueError, lambda: submit(Request(Collective.ALLREDUCE, "hot.plain.set", "float32", (4,), y.ctypes.data,
                                         y.ctypes.data, process_set=hvd.ProcessSet([0]), keepalive=y)), match=["not been added"])
-    assert_raises(ValueError, lambda: run(Request(Collective.ALLREDUCE, "hot.plain.shape", "float32", (-4,), y.ctypes.data,
+    assert_raises(ValueError, lambda: submit_and_wait(Request(Collective.ALLREDUCE, "hot.plain.shape", "float32", (-4,), y.ctypes.data,
                                      y.ctypes.data, keepalive=y)), match=["hot.plain.shape"])
-    # A collective that fails on every rank (the shapes disagree): run raises its error and releases the handle.
+    # A collective that fails on every rank (the shapes disagree): submit_and_wait raises its error and releases the handle.
     z = np.ones(3 + rank, np.float32)
-    assert_raises(hvd.HvdliteError, lambda: run(Request(Collective.ALLREDUCE, "hot.plain.disagree", "float32", z.shape, z.ctypes.data,
+    assert_raises(hvd.HvdliteError, lambda: submit_and_wait(Request(Collective.ALLREDUCE, "hot.plain.disagree", "float32", z.shape, z.ctypes.data,
                                      z.ctypes.data, keepalive=z)), match=["hot.plain.disagree", "shape"])
 
 
@@ -362,16 +362,16 @@ def test_tokens_after_restart():
     rank, size = hvd.rank(), hvd.size()
     shared = prepared("hot.token.shared", "float32", (4,))
     x = np.full(4, rank + 1.0, np.float32)
-    shared.run(x, x, x).release()
+    shared.submit_and_wait(x, x, x).release()
     expect_sum("hot.token.shared", x, "prepared before init() again", size)
     hvd.shutdown()
     hvd.init()
     # Prepared before a shutdown: the new core does not know the token, and the request goes by value.
     x = np.full(4, rank + 1.0, np.float32)
-    shared.run(x, x, x).release()
+    shared.submit_and_wait(x, x, x).release()
     expect_sum("hot.token.shared", x, "prepared before init() again", size)
     again = prepared("hot.token.again", "float32", (4,))
     assert again._token not in (0, shared._token), "a request prepared after init() again needs a new token"
     x = np.full(4, rank + 1.0, np.float32)
-    again.run(x, x, x).release()
+    again.submit_and_wait(x, x, x).release()
     expect_sum("hot.token.again", x, "prepared after init() again", size)

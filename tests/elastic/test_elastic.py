@@ -19,7 +19,7 @@ import pytest
 
 from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, run, venv_tool
-from hvdlite.run.job import processes_with_environment
+from hvdlite.runner.job import processes_with_environment
 
 WORKERS = os.path.join(TESTS_DIR, "elastic", "workers")
 GIVEN_UP = os.path.join(WORKERS, "given_up.py")
@@ -286,7 +286,7 @@ FULL_SHM_COMMITS = {
     "numpy": """
 import numpy as np, hvdlite
 from hvdlite.elastic import ObjectState, commits
-from hvdlite.run import commit_folders
+from hvdlite.runner import commit_folders
 commit_folders.MEMORY_ROOT = {root!r}
 hvdlite.init()
 state = ObjectState(step=0, weights=np.zeros(1 << 17))  # 1 MB
@@ -297,7 +297,7 @@ for step in (1, 2):
     "torch": """
 import torch, hvdlite.torch as hvd
 from hvdlite.elastic import commits
-from hvdlite.run import commit_folders
+from hvdlite.runner import commit_folders
 commit_folders.MEMORY_ROOT = {root!r}
 hvd.init()
 model = torch.nn.Linear(512, 512)  # 1 MB, and as much momentum
@@ -318,6 +318,7 @@ print("SAME", all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
 }
 
 
+@pytest.mark.root  # mounts a small tmpfs as the memory root
 @pytest.mark.parametrize("kind", FULL_SHM_COMMITS)
 def test_a_full_dev_shm_sends_commits_to_disk_in_line(tmp_path, kind):
     """Where the memory folder has no room (a container's small /dev/shm), commits go to disk in line, with a
@@ -420,7 +421,7 @@ def test_a_launcher_told_to_stop_while_it_waits_for_slots_ends_at_once(tmp_path)
 
 def test_discovery_output_and_the_blacklist_cooldown(tmp_path, monkeypatch):
     """The launcher's pure parts: the discovery script's lines and a blacklisted host's return."""
-    from hvdlite.run import elastic
+    from hvdlite.runner import elastic
     script = tmp_path / "hosts.sh"
     script.write_text("echo 'a:4'\necho '# a comment'\necho 'b'\necho ''\necho 'c:2'\n")
     hosts = elastic.discover(f"sh {script}", slots_per_host=3)
@@ -447,8 +448,8 @@ def test_fast_checks_for_host_changes_make_few_allreduces_and_stop_every_rank_at
     import hvdlite as hvd
     from hvdlite import ops
     from hvdlite.elastic import host_updates
-    from hvdlite.run.elastic import HostNews
-    from hvdlite.run.elastic_variables import NOTIFY_VARIABLE
+    from hvdlite.runner.elastic import HostNews
+    from hvdlite.runner.protocol import NOTIFY_VARIABLE
     hvd.init()
     news = HostNews() if hvd.rank() == 0 else None
     monkeypatch.setenv(NOTIFY_VARIABLE, ops.broadcast_object(news.address if news else None, root_rank=0))

@@ -1,9 +1,9 @@
-"""The elastic commit folders on this machine (hvdlite.run.commit_folders names them): on disk under the temporary
+"""The elastic commit folders on this machine (hvdlite.runner.commit_folders names them): on disk under the temporary
 directory and in memory under /dev/shm, for tests that check a job leaves none of its own behind."""
 import os
 import tempfile
 
-from hvdlite.run import commit_folders
+from hvdlite.runner import commit_folders
 
 
 def commit_folders_here():

@@ -1,4 +1,4 @@
-"""Reports to hvdliterun's port (hvdlite/run/launcher_port.py) from something that is not one of the job's ranks, and
+"""Reports to hvdliterun's port (hvdlite/runner/protocol.py) from something that is not one of the job's ranks, and
 a job that waits while they are sent: what the launcher must neither act on nor be stopped by."""
 import socket
 
@@ -13,7 +13,7 @@ FORGED = [b"peer unreachable\n", b"0123456789abcdef0123456789abcdef peer unreach
 WAITING_JOB = """
 import os, sys, time
 from mpi4py import MPI
-from hvdlite.run.launcher_port import PEER_UNREACHABLE, tell_launcher
+from hvdlite.runner.protocol import PEER_UNREACHABLE, tell_launcher
 comm = MPI.COMM_WORLD
 if comm.rank == 0:
     print("LAUNCHER " + os.environ["HVDLITE_LAUNCHER"], flush=True)

@@ -13,7 +13,7 @@ import pytest
 from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
 from harness.simulated_hosts import SimulatedHosts, available
-from hvdlite.run import commit_folders
+from hvdlite.runner import commit_folders
 
 pytestmark = pytest.mark.simulated_hosts
 

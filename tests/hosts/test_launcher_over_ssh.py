@@ -21,7 +21,7 @@ from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 from harness.ssh_servers import SshServers
 from harness.ssh_servers import missing as ssh_missing
-from hvdlite.run.mpiexec import OPENMPI, detect_flavour, find_mpiexec
+from hvdlite.runner.mpiexec import OPENMPI, detect_flavour, find_mpiexec
 
 pytestmark = [pytest.mark.simulated_hosts, pytest.mark.openmpi]
 
@@ -292,7 +292,7 @@ import os, signal, sys
 import numpy as np
 import hvdlite as hvd
 from hvdlite.elastic import ObjectState, run
-from hvdlite.elastic.runner import restarts
+from hvdlite.elastic.resume import restarts
 
 hvd.init()
 out, start = sys.argv[1], restarts()

@@ -14,14 +14,14 @@ import pytest
 from harness.processes import read_until, with_hvdlite_importable
 
 import hvdlite
-import hvdlite.run
-from hvdlite.run import binding
-from hvdlite.run.arguments import parse_args
-from hvdlite.run.command import abort_on_exception, build_command, ssh_variables
-from hvdlite.run.hosts import Host, parse_host_list, rank_placement, read_hostfile
-from hvdlite.run.job import processes_with_environment
-from hvdlite.run.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
-from hvdlite.run.reachability import launcher_probe
+import hvdlite.runner
+from hvdlite.runner import binding
+from hvdlite.runner.arguments import parse_args
+from hvdlite.runner.command import abort_on_exception, build_command, ssh_variables
+from hvdlite.runner.hosts import Host, parse_host_list, rank_placement, read_hostfile
+from hvdlite.runner.job import processes_with_environment
+from hvdlite.runner.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
+from hvdlite.runner.reachability import launcher_probe
 
 PYTHON = sys.executable
 
@@ -69,10 +69,10 @@ def test_network_interfaces_and_further_mpiexec_options_are_spelled_for_hydra_an
 
 
 def test_version_and_check_build_need_no_job():
-    version = subprocess.run([PYTHON, "-m", "hvdlite.run", "--version"], capture_output=True, text=True,
+    version = subprocess.run([PYTHON, "-m", "hvdlite.runner", "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.returncode == 0 and version.stdout.strip() == f"hvdliterun {hvdlite.__version__}", version
-    done = subprocess.run([PYTHON, "-m", "hvdlite.run", "--check-build"], capture_output=True, text=True,
+    done = subprocess.run([PYTHON, "-m", "hvdlite.runner", "--check-build"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
@@ -281,7 +281,7 @@ def _write_script(tmp_path, body):
 
 def _launch(tmp_path, body, *flags, timeout=60):
     token = uuid.uuid4().hex
-    command = [PYTHON, "-m", "hvdlite.run", "-np", "2", *flags, PYTHON, _write_script(tmp_path, body)]
+    command = [PYTHON, "-m", "hvdlite.runner", "-np", "2", *flags, PYTHON, _write_script(tmp_path, body)]
     started = time.monotonic()
     result = subprocess.run(command, env=_job_env(token), capture_output=True, text=True, timeout=timeout)
     return result, time.monotonic() - started, token
@@ -304,7 +304,7 @@ def test_two_ranks_run_and_receive_tuning_flags_as_environment(tmp_path):
 def test_further_mpiexec_options_reach_mpiexec(tmp_path):
     """--mpi-args, as a user passes an option hvdliterun has no flag for: here one setting a variable on the ranks,
     spelled for the MPI at hand."""
-    from hvdlite.run.mpiexec import detect_flavour, find_mpiexec
+    from hvdlite.runner.mpiexec import detect_flavour, find_mpiexec
     flavour = detect_flavour(find_mpiexec(None))
     option = "-genv MY_FLAG 'seven eight'" if flavour == HYDRA else "-x 'MY_FLAG=seven eight'"
     result, _, _ = _launch(tmp_path, """
@@ -423,7 +423,7 @@ def _wait_until_both_ranks_are_up(launcher):
 def test_sigterm_to_the_launcher_ends_the_job_and_is_reported_in_the_exit_code(tmp_path):
     token = uuid.uuid4().hex
     script = _write_script(tmp_path, _SLEEPS)
-    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.run", "-np", "2", PYTHON, script], env=_job_env(token),
+    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.runner", "-np", "2", PYTHON, script], env=_job_env(token),
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     _wait_until_both_ranks_are_up(launcher)
     started = time.monotonic()
@@ -453,7 +453,7 @@ def test_processes_a_rank_leaves_behind_are_killed(tmp_path):
 def test_killing_the_launcher_outright_still_ends_the_job(tmp_path):
     token = uuid.uuid4().hex
     script = _write_script(tmp_path, _SLEEPS)
-    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.run", "-np", "2", PYTHON, script], env=_job_env(token),
+    launcher = subprocess.Popen([PYTHON, "-m", "hvdlite.runner", "-np", "2", PYTHON, script], env=_job_env(token),
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     _wait_until_both_ranks_are_up(launcher)
     launcher.kill()  # SIGKILL: no handler runs; mpiexec learns of it through PR_SET_PDEATHSIG
@@ -467,7 +467,7 @@ def test_killing_the_launcher_outright_still_ends_the_job(tmp_path):
 def test_a_job_past_its_time_limit_is_ended_and_leaves_no_process():
     """run_job's time limit (the launcher's own short jobs, such as removing a given-up job's commits on its
     hosts): mpiexec and its ranks are killed, and the exit code is timeout(1)'s."""
-    from hvdlite.run.job import processes_of_job, run_job
+    from hvdlite.runner.job import processes_of_job, run_job
     job = uuid.uuid4().hex
     started = time.monotonic()
     outcome = run_job([os.path.join(os.path.dirname(PYTHON), "mpiexec"), "-n", "2", "sleep", "60"],
@@ -480,8 +480,8 @@ def test_every_report_sent_before_the_job_ends_is_heard():
     """Ranks report to the launcher over TCP, the last ones maybe just before they exit: when the launcher stops
     listening (the job has ended), every report that reached its port has been handed over, in order. 41 ranks'
     reports arrive at once, and it stops listening right after."""
-    from hvdlite.run.job import listen_for_ranks
-    from hvdlite.run.launcher_port import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE, tell_launcher
+    from hvdlite.runner.job import listen_for_ranks
+    from hvdlite.runner.protocol import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE, tell_launcher
     heard = []
     port, close = listen_for_ranks(heard.append, "s3cret")
     environ = {LAUNCHER_VARIABLE: f"{socket.gethostname()}:1:1:{port}", SECRET_VARIABLE: "s3cret"}
@@ -570,7 +570,7 @@ def test_binding_args_replace_hvdlites_binding(capsys):
 
 
 def test_tcp_asks_the_ranks_for_tcp_unless_the_user_chose(monkeypatch):
-    from hvdlite.run.__main__ import job_environment
+    from hvdlite.runner.__main__ import job_environment
     args = parse_args(["-np", "2", "--tcp", "python", "t.py"])
     assert job_environment(args, {"UCX_TLS": "self,tcp"}) == {"OMP_NUM_THREADS": "1", "FI_PROVIDER": "tcp",
                                                               "NCCL_IB_DISABLE": "1"}

@@ -11,7 +11,7 @@ import pytest
 from harness.processes import with_hvdlite_importable
 from harness.timeline import timeline_phases
 
-from hvdlite.run.arguments import parse_args
+from hvdlite.runner.arguments import parse_args
 
 PYTHON = sys.executable
 
@@ -168,7 +168,7 @@ def test_ranks_run_with_the_files_settings(tmp_path):
     """))
     env = with_hvdlite_importable(os.environ)
     env.pop("PYTHONUNBUFFERED", None)
-    result = subprocess.run([PYTHON, "-m", "hvdlite.run", "-np", "2", "--config-file", path, PYTHON, str(script)],
+    result = subprocess.run([PYTHON, "-m", "hvdlite.runner", "-np", "2", "--config-file", path, PYTHON, str(script)],
                             env=env, capture_output=True, text=True, timeout=100)
     assert result.returncode == 0, result.stderr
     reports = sorted(json.loads(line.split(" ", 1)[1]) for line in result.stdout.splitlines()

@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from harness.processes import with_hvdlite_importable
-from hvdlite.run.job import processes_with_environment
-from hvdlite.run.rank_output import padded_rank
+from hvdlite.runner.job import processes_with_environment
+from hvdlite.runner.rank_output import padded_rank
 
 pytestmark = pytest.mark.openmpi
 
@@ -45,7 +45,7 @@ def _run(tmp_path, body, *flags, timeout=60):
     script.write_text(textwrap.dedent(body))
     token = uuid.uuid4().hex
     env = with_hvdlite_importable(dict(os.environ, HVDLITE_TEST_TOKEN=token))
-    result = subprocess.run([PYTHON, "-m", "hvdlite.run", *flags, PYTHON, str(script)], env=env,
+    result = subprocess.run([PYTHON, "-m", "hvdlite.runner", *flags, PYTHON, str(script)], env=env,
                             capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
     return result, token
 
@@ -103,7 +103,7 @@ def test_the_jobs_exit_code_is_the_ranks_as_without_the_flag(tmp_path):
 def test_a_program_that_does_not_exist_is_reported_in_its_files(tmp_path):
     token = uuid.uuid4().hex
     env = with_hvdlite_importable(dict(os.environ, HVDLITE_TEST_TOKEN=token))
-    result = subprocess.run([PYTHON, "-m", "hvdlite.run", "-np", "2", "--output-filename", "logs",
+    result = subprocess.run([PYTHON, "-m", "hvdlite.runner", "-np", "2", "--output-filename", "logs",
                              "no-such-program-here"], env=env, capture_output=True, text=True, timeout=60,
                             cwd=str(tmp_path))
     assert result.returncode != 0

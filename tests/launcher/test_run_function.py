@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import hvdlite
-from hvdlite.run.function_runner import RankFailed
-from hvdlite.run.job import processes_with_environment
+from hvdlite.runner.function_runner import RankFailed
+from hvdlite.runner.job import processes_with_environment
 
 pytestmark = pytest.mark.openmpi
 
@@ -52,7 +52,7 @@ def test_horovods_old_argument_name_np_is_taken_with_its_warning(job_token):
 
 
 def test_horovod_runners_import_spelling_runs_it_too(job_token):
-    from hvdlite.run import run  # as `from horovod.runner import run`
+    from hvdlite.runner import run  # as `from horovod.runner import run`
 
     def size():
         import os

@@ -10,7 +10,7 @@ from harness.processes import ROOT
 def test_numpy_digits_learns_on_two_ranks():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so the two ranks' output does not interleave
-    result = subprocess.run([sys.executable, "-m", "hvdlite.run", "-np", "2", sys.executable,
+    result = subprocess.run([sys.executable, "-m", "hvdlite.runner", "-np", "2", sys.executable,
                              os.path.join(ROOT, "examples", "numpy_digits.py"), "--epochs", "5"],
                             env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

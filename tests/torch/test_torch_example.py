@@ -7,7 +7,7 @@ import sys
 from harness.processes import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "torch_digits.py")
-HVDLITERUN = [sys.executable, "-m", "hvdlite.run"]
+HVDLITERUN = [sys.executable, "-m", "hvdlite.runner"]
 
 
 def train(nranks):

@@ -12,7 +12,7 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 
 import hvdlite.tensorflow.keras as hvd
-from hvdlite.elastic.runner import restarts
+from hvdlite.elastic.resume import restarts
 
 import worker_arguments  # beside this script
 

@@ -14,7 +14,7 @@ import torch
 from sklearn.datasets import load_digits
 
 import hvdlite.torch as hvd
-from hvdlite.elastic.runner import restarts
+from hvdlite.elastic.resume import restarts
 
 import worker_arguments  # beside this script
 

@@ -7,7 +7,7 @@ start of the job with the same folder resumes from them.
 import sys
 
 from . import commit_folders
-from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
+from .protocol import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
 from .job import new_job_id, run_job
 from .reachability import host_problems

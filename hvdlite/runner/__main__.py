@@ -1,4 +1,4 @@
-"""hvdliterun / python -m hvdlite.run: parse, build the mpiexec command, run it, exit with its code."""
+"""hvdliterun / python -m hvdlite.runner: parse, build the mpiexec command, run it, exit with its code."""
 import os
 import re
 import shlex
@@ -9,11 +9,11 @@ from .arguments import parse_args
 from .command import abort_on_exception, build_command, ssh_variables
 from .commit_removal import remove_commits
 from .elastic import Supervisor
-from .elastic_variables import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .horovodrun_flags import tcp_variables
 from .hosts import rank_placement
-from .job import JOB_MARKER, new_job_id, report_addresses, run_job
-from .launcher_port import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE
+from .job import new_job_id, report_addresses, run_job
+from .protocol import (COMMITTED, JOB_MARKER, JOB_VARIABLE, LAUNCHER_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE,
+                       SECRET_VARIABLE)
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 

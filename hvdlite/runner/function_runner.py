@@ -4,7 +4,7 @@ list indexed by rank (from a notebook, a test, a driver program).
 
 The function and its arguments travel as a cloudpickle (a function defined in a notebook or a script's
 ``__main__`` is pickled by value). This process listens on a TCP port of its own: every rank
-(``python -m hvdlite.run.function_worker``, under ``python -m mpi4py`` so that a raising rank ends the job) asks it
+(``python -m hvdlite.runner.function_worker``, under ``python -m mpi4py`` so that a raising rank ends the job) asks it
 for the function, calls it, and sends back the return value or its traceback; ranks on other hosts reach it by this
 host's name, as they reach the launcher. A connection must first give the job's secret, so that nothing else can
 hand this process a pickle to load. An elastic run (``min_num_proc``/``max_num_proc``) restarts as hvdliterun
@@ -25,9 +25,8 @@ import warnings
 
 from .hosts import read_hostfile
 from .job import KILL_GRACE_SECONDS
+from .protocol import FUNCTION_ADDRESS_VARIABLE, FUNCTION_SECRET_VARIABLE
 
-ADDRESS_VARIABLE = "HVDLITE_RUN_FUNCTION"  # host:port of the process that called run()
-SECRET_VARIABLE = "HVDLITE_RUN_FUNCTION_SECRET"
 FETCH, RESULT = "function", "result"
 _LENGTH = struct.Struct("<Q")
 _ACCEPTED = b"ok"
@@ -153,8 +152,8 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     try:
         with tempfile.TemporaryDirectory(prefix="hvdlite-run-") as folder:
             argv = _launcher_argv(given, folder)
-            env = dict(os.environ, **{ADDRESS_VARIABLE: f"{socket.gethostname()}:{exchange.port}",
-                                      SECRET_VARIABLE: exchange.secret})
+            env = dict(os.environ, **{FUNCTION_ADDRESS_VARIABLE: f"{socket.gethostname()}:{exchange.port}",
+                                      FUNCTION_SECRET_VARIABLE: exchange.secret})
             code = _launch(argv, env)
     finally:
         exchange.close()
@@ -191,7 +190,7 @@ def _renamed(num_proc, np, min_num_proc, min_np, max_num_proc, max_np):
 
 def _launcher_argv(given, folder):
     """hvdliterun's command line for run()'s arguments (given: run's locals)."""
-    argv = [sys.executable, "-m", "hvdlite.run", "-np", str(given["num_proc"])]
+    argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(given["num_proc"])]
     elastic = given["min_num_proc"] is not None or given["max_num_proc"] is not None
     if elastic:
         # Elastic on fixed hosts, as horovod.run is: a discovery script that always lists them.
@@ -216,7 +215,7 @@ def _launcher_argv(given, folder):
             argv += [flag, str(given[name])]
     if given["verbose"]:
         argv.append("--verbose")
-    return argv + [given["executable"] or sys.executable, "-m", "hvdlite.run.function_worker"]
+    return argv + [given["executable"] or sys.executable, "-m", "hvdlite.runner.function_worker"]
 
 
 def _host_lines(given):

@@ -2,7 +2,7 @@
 the ranks (hvdlite.elastic.commits) and the launcher both need them.
 
 Free of the native core, so that the launcher can use it: when it gives a job up, it runs
-``python -m hvdlite.run.commit_folders`` on every host the job ran on, through mpiexec (with the environment the
+``python -m hvdlite.runner.commit_folders`` on every host the job ran on, through mpiexec (with the environment the
 ranks had), which removes that job's commits there. A job whose commit directory the user set keeps them: a new
 start of the job with the same directory resumes from the last commit.
 """
@@ -15,7 +15,7 @@ import tempfile
 
 from hvdlite import config
 
-from .elastic_variables import JOB_VARIABLE
+from .protocol import JOB_VARIABLE
 
 MEMORY_ROOT = "/dev/shm"
 

@@ -11,7 +11,7 @@ import sys
 
 from hvdlite import basics
 from hvdlite.errors import HorovodInternalError, HostsUpdatedInterrupt
-from hvdlite.run.elastic_variables import EXIT_HOSTS_UPDATED, RESTART_VARIABLE
+from hvdlite.runner.protocol import EXIT_HOSTS_UPDATED, RESTART_VARIABLE
 
 from . import commits
 

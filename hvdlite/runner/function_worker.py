@@ -10,25 +10,24 @@ import traceback
 import cloudpickle  # pickles the return value as the caller's cloudpickle pickled the function
 
 from ..logging import launcher_rank
-from .elastic_variables import RESTART_VARIABLE
-from .function_runner import (_ACCEPTED, ADDRESS_VARIABLE, FETCH, RESULT, SECRET_VARIABLE, receive_block,
-                              request_line, send_block)
+from .function_runner import _ACCEPTED, FETCH, RESULT, receive_block, request_line, send_block
+from .protocol import FUNCTION_ADDRESS_VARIABLE, FUNCTION_SECRET_VARIABLE, RESTART_VARIABLE
 
 
 def _connect():
-    host, port = os.environ[ADDRESS_VARIABLE].rsplit(":", 1)
+    host, port = os.environ[FUNCTION_ADDRESS_VARIABLE].rsplit(":", 1)
     return socket.create_connection((host, int(port)), timeout=60)
 
 
 def _request(verb, rank, start):
     connection = _connect()
-    connection.sendall(request_line(os.environ[SECRET_VARIABLE], verb, rank, start))
+    connection.sendall(request_line(os.environ[FUNCTION_SECRET_VARIABLE], verb, rank, start))
     return connection
 
 
 def main():
-    if ADDRESS_VARIABLE not in os.environ or launcher_rank() is None:
-        print("hvdlite.run.function_worker is started by hvdlite.run(func, ...), not by hand", file=sys.stderr)
+    if FUNCTION_ADDRESS_VARIABLE not in os.environ or launcher_rank() is None:
+        print("hvdlite.runner.function_worker is started by hvdlite.run(func, ...), not by hand", file=sys.stderr)
         return 2
     rank, start = launcher_rank(), os.environ.get(RESTART_VARIABLE, "0") or "0"
     with _request(FETCH, rank, start) as connection:

@@ -6,17 +6,13 @@ started by hvdliterun reports to the launcher, over its TCP port (job.py), just 
 RANK") and just after ("started RANK"). Once every rank of the job has reported starting, the launcher gives them
 --start-timeout seconds to have all started; then it ends the job, saying what to check. A rank slow to reach
 MPI_Init (loading data, importing a framework) holds nobody up: the time runs from the last rank's arrival.
-Programs that do not start MPI through hvdlite report nothing and are not watched.
+Programs that do not start MPI through hvdlite report nothing and are not watched. (The ranks' side:
+protocol.report_mpi_start.)
 """
-import os
-import sys
 import threading
 
-from ..logging import launcher_rank
-from .launcher_port import tell_launcher
+from .protocol import STARTED, STARTING
 
-STARTING = "starting"
-STARTED = "started"
 DEFAULT_SECONDS = 120.0
 
 
@@ -53,11 +49,3 @@ def parse(report):
     """(STARTING or STARTED, rank) from a report line, or None when it is not one of these."""
     word, _, rank = report.partition(" ")
     return (word, int(rank)) if word in (STARTING, STARTED) and rank.isdigit() else None
-
-
-def report(word, environ=os.environ):
-    """The rank's side: tells the launcher it is STARTING or has STARTED MPI, where a launcher started it and
-    MPI is not running in this process already (started by the program itself, the watch does not apply)."""
-    rank = launcher_rank(environ)
-    if rank is not None and (word == STARTED or "mpi4py.MPI" not in sys.modules):
-        tell_launcher(f"{word} {rank}", environ)

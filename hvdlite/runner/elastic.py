@@ -19,10 +19,10 @@ import threading
 import time
 
 from .commit_removal import remove_commits
-from .elastic_variables import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
+from .protocol import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
 from .job import STOP_SIGNALS, new_job_id, report_addresses, run_job
-from .launcher_port import COMMITTED
+from .protocol import COMMITTED
 from .reachability import host_problems
 
 DISCOVERY_INTERVAL_SECONDS = 1.0

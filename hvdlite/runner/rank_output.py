@@ -2,7 +2,7 @@
 (horovodrun's layout: N zero-padded to the width of the largest rank), on the host the rank runs on, as MPI's own
 output files are; the console shows the same output as without the flag.
 
-The launcher runs each rank's command as `python -m hvdlite.run.rank_output DIR COMMAND...`. That process makes
+The launcher runs each rank's command as `python -m hvdlite.runner.rank_output DIR COMMAND...`. That process makes
 two pipes, leaves a copier process behind that writes what comes through them to the files and to where the
 output went before, and then becomes the rank's program (exec): the program keeps the process MPI started, so
 signals, the exit code and MPI's view of the rank are unchanged. The copier ends when the pipes close, that is when
@@ -15,13 +15,13 @@ import signal
 import sys
 
 from ..logging import launcher_rank, launcher_size
-from .elastic_variables import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
+from .protocol import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
 
 
 def wrap(directory, command):
     """The command a rank runs so that its output also goes to directory (made absolute here: ranks may start
     elsewhere)."""
-    return [sys.executable, "-m", "hvdlite.run.rank_output", os.path.abspath(directory), *command]
+    return [sys.executable, "-m", "hvdlite.runner.rank_output", os.path.abspath(directory), *command]
 
 
 def padded_rank(rank, size):
@@ -81,7 +81,7 @@ def _write_all(fd, data):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: python -m hvdlite.run.rank_output DIR COMMAND...", file=sys.stderr)
+        print("usage: python -m hvdlite.runner.rank_output DIR COMMAND...", file=sys.stderr)
         return 2
     directory, command = argv[0], argv[1:]
     try:

@@ -22,20 +22,20 @@ import uuid
 from typing import NamedTuple
 
 from . import start_watch
+from .protocol import (COMMITTED, JOB_MARKER, LAUNCHER_VARIABLE, PEER_UNREACHABLE, SECRET_VARIABLE, STARTED,
+                       STARTING, report_line)
 from .reachability import is_this_host, this_host_names
-from .launcher_port import COMMITTED, LAUNCHER_VARIABLE, PEER_UNREACHABLE, SECRET_VARIABLE, report_line
 
-JOB_MARKER = "HVDLITE_JOB_ID"
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
 OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
 # A rank whose peer vanished without closing its connections (progress_watchdog.h) tells the launcher before it
-# exits, by SIGUSR1 on this host and by a line to its port (launcher_port.py) from any other: mpiexec itself would
+# exits, by SIGUSR1 on this host and by a line to its port (protocol.py) from any other: mpiexec itself would
 # wait forever for the unreachable host's proxy.
 UNREACHABLE_SIGNAL = signal.SIGUSR1
 REPORTS = (PEER_UNREACHABLE, COMMITTED)  # the reports an Outcome collects
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher is told to stop: forwarded to the job
 # The report port (listen_for_ranks): the first word of each report it acts on, and what it sends itself at the end.
-KNOWN_REPORTS = {PEER_UNREACHABLE.split(" ")[0], COMMITTED, start_watch.STARTING, start_watch.STARTED}
+KNOWN_REPORTS = {PEER_UNREACHABLE.split(" ")[0], COMMITTED, STARTING, STARTED}
 _END_OF_REPORTS = "end"
 LOOPBACK = "127.0.0.1"
 REPORT_SECONDS = 2.0  # what a connection may take to send its report
@@ -57,7 +57,7 @@ def launcher_identity(port):
 
 
 def listen_for_ranks(on_report, secret, addresses=(LOOPBACK,), log=None):
-    """A TCP port on which ranks report (launcher_port.py, a line each, ``secret`` first); calls on_report(line) for
+    """A TCP port on which ranks report (protocol.py, a line each, ``secret`` first); calls on_report(line) for
     each, and logs and ignores what comes without the secret. Listens on ``addresses`` (the first may be "": every
     address), all on one port. Returns (port, close): close() returns once every report that reached the port
     before it was called has been handled (a rank may report just before it exits, as the job ends)."""
