@@ -1,6 +1,6 @@
 # hvdlite for CPUs: MPICH (from its wheel), PyTorch (CPU), TensorFlow (CPU) with Keras 3, hvdlite and its examples.
 # Its default command trains the PyTorch example on 2 ranks. Build from the repository root: make image-cpu
-#   docker build -f docker/cpu.Dockerfile -t hvdlite:cpu .      (or podman build, the same arguments)
+#   docker build -t hvdlite .      (or podman build, the same arguments; the CUDA image: docker/cuda.Dockerfile)
 #   docker run --rm hvdlite:cpu
 #   docker run --rm hvdlite:cpu hvdliterun -np 4 python /opt/hvdlite/examples/keras_digits.py
 

@@ -21,7 +21,7 @@ export OMP_NUM_THREADS ?= 1
 	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu \
 	test-image-cuda clean
 
-QUICK_TESTS := not simulated_hosts and not extra_ranks
+QUICK_TESTS := not simulated_hosts and not root and not extra_ranks
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
@@ -32,7 +32,7 @@ check:
 test-quick: native
 	@$(TIMED) "pytest -m '$(QUICK_TESTS)'" $(PYTEST) -m "$(QUICK_TESTS)"
 
-# What make test leaves out: the other rank counts of multi-rank tests and the tests that make simulated hosts.
+# What make test leaves out: the other rank counts of multi-rank tests and the tests that need root.
 test-variants: native
 	@$(TIMED) "pytest -m 'not ($(QUICK_TESTS))'" $(PYTEST) -m "not ($(QUICK_TESTS))"
 
@@ -79,9 +79,10 @@ native-unit-tests native-unit-tests-asan: $(STAMPS)/mpi
 	@$(TIMED) "$(UNIT_TESTS)" env ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build/$(UNIT_TESTS)/native/tests/native_unit_tests
 
-# Container images (docker/*.Dockerfile), built with podman (docker/setup-podman.sh prepares a machine with no Docker
-# engine and no registry) or, with CONTAINER=docker, with Docker. Where a local folder of wheels stands in for
-# PyTorch's CPU index (PIP_FIND_LINKS), the build reads it, and a proxy's CA bundle (PIP_CERT) is passed on.
+# Container images (the CPU one: Dockerfile, as `docker build -t hvdlite .` builds it; the CUDA one:
+# docker/cuda.Dockerfile), built with podman (docker/setup-podman.sh prepares a machine with no Docker engine and no
+# registry) or, with CONTAINER=docker, with Docker. Where a local folder of wheels stands in for PyTorch's CPU index
+# (PIP_FIND_LINKS), the build reads it, and a proxy's CA bundle (PIP_CERT) is passed on.
 CONTAINER ?= podman
 IMAGE_BUILD_ARGS := --network host \
 	$(if $(PIP_FIND_LINKS),-v $(PIP_FIND_LINKS):$(PIP_FIND_LINKS):ro --build-arg PIP_FIND_LINKS=$(PIP_FIND_LINKS) \
@@ -91,14 +92,16 @@ IMAGE_BUILD_ARGS := --network host \
 # (--layers=false: no build cache, a rebuild starts from the base image), and the image a rebuild replaces, untagged
 # by it, is removed (unless a container still uses it).
 IMAGE_BUILD_FLAGS := $(if $(filter podman,$(CONTAINER)),--layers=false)
+DOCKERFILE_cpu := Dockerfile
+DOCKERFILE_cuda := docker/cuda.Dockerfile
 # The image needs about 6 GB free while it is built, on a disk other machines may share: what is free is printed first,
 # so that a "no space left on device" can be told apart.
 image-cpu image-cuda: image-%:
 	$(if $(filter podman,$(CONTAINER)),bash docker/setup-podman.sh)
 	@df -h / | tail -n 1 | awk '{print "image-$*: " $$4 " free on / before the build"}'
 	@start=$$(date +%s); replaced=$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$* 2>/dev/null || true); \
-	echo "$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* ."; \
-	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f docker/$*.Dockerfile -t hvdlite:$* . || exit 1; \
+	echo "$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f $(DOCKERFILE_$*) -t hvdlite:$* ."; \
+	$(CONTAINER) build $(IMAGE_BUILD_FLAGS) $(IMAGE_BUILD_ARGS) -f $(DOCKERFILE_$*) -t hvdlite:$* . || exit 1; \
 	if [ -n "$$replaced" ] && [ "$$replaced" != "$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$*)" ] \
 		&& $(CONTAINER) rmi "$$replaced" >/dev/null 2>&1; then echo "removed the image hvdlite:$* replaced"; fi; \
 	echo "time: image-$* built in $$(( $$(date +%s) - start )) s"
@@ -164,7 +167,7 @@ $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 	$(PIP) install tensorflow-cpu
 	@touch $@
 
-# The real NCCL (its wheel), for the GPU loader's tests on this machine without a GPU (tests/test_gpu_libraries.py).
+# The real NCCL (its wheel), for the GPU loader's tests on this machine without a GPU (tests/gpu/test_gpu_libraries.py).
 $(STAMPS)/nccl: | $(STAMPS)/mpi
 	$(PIP) install nvidia-nccl-cu12
 	@touch $@
