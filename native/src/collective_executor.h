@@ -1,44 +1,20 @@
-// Runs agreed collectives: a fused batch is reduced where its tensors are by the algorithms that can (ring,
-// direct); otherwise it is copied into the persistent fusion buffer (prescale), reduced by the algorithm
-// chosen for the size and copied out (postscale, average); and the other collectives over the set's communicator. Every rank calls it with
-// the same batches in the same order.
+// Runs the batches a round agreed on: picks the executor of each batch's kind (collectives/: all-reduce,
+// allgather, broadcast, alltoall, reducescatter, barrier; gpu/nccl_executor.h for GPU tensors, made by the first
+// GPU collective) and records its time in the timeline. Every rank calls it with the same batches in the same order.
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "algorithms/adasum_allreduce.h"
-#include "algorithms/direct_allreduce.h"
-#include "algorithms/hierarchical_allreduce.h"
-#include "algorithms/mpi_allreduce.h"
-#include "algorithms/ring_allreduce.h"
+#include "collectives/allgather_executor.h"
+#include "collectives/allreduce_executor.h"
+#include "collectives/alltoall_executor.h"
+#include "collectives/barrier_executor.h"
+#include "collectives/broadcast_executor.h"
+#include "collectives/reducescatter_executor.h"
 #include "gpu/nccl_executor.h"
-#include "messages.h"
-#include "process_set.h"
 #include "timeline.h"
 
 namespace hvdlite {
-
-struct AlgorithmSettings {
-  int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
-  int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
-  int64_t auto_ring_min_bytes = 256 << 10;
-  // Across hosts, MPI_Allreduce below: measured at 1 Gbit/s, from 1 MiB hierarchical (or the ring) is level with or
-  // faster than it on every layout, below it is not (docs/decisions/allreduce-across-hosts.md).
-  int64_t auto_cross_host_ring_min_bytes = 1 << 20;
-  bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
-  double progress_timeout_seconds = 0;  // a GPU collective unfinished this long ends the process (gpu_watch.h)
-};
-
-// Where the ranks run, as the algorithms need it.
-struct HostLayout {
-  int32_t rank = 0;
-  int32_t local_rank = 0;
-  int32_t hosts = 1;
-  bool same_ranks_per_host = true;  // the hierarchical all-reduce needs it
-  CommContext local{MPI_COMM_NULL, 0, 1};  // this host's ranks
-  CommContext cross{MPI_COMM_NULL, 0, 1};  // one rank per host: those with this rank's local rank
-  bool direct_within_host = false;  // this host's ranks (on every host) can read each other's memory
-};
 
 class CollectiveExecutor {
  public:
@@ -46,34 +22,24 @@ class CollectiveExecutor {
   // locals[i] is this rank's entry for batch.parts[i], or nullptr where this rank joined.
   // Returns an error message, or an empty string on success.
   std::string Execute(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
-  // global_set: the batch belongs to the global process set (the only one the hierarchical all-reduce serves).
-  AllreduceAlgorithm &Choose(int64_t bytes, bool global_set);
   // A removed process set's NCCL communicator goes with it.
   void ForgetProcessSet(int32_t set_id) {
     if (gpu_) gpu_->ForgetProcessSet(set_id);
   }
 
  private:
-  std::string Allreduce(const CommContext &ctx, const FusedBatch &batch, const std::vector<Entry *> &locals,
-                        bool global_set);
-  std::string Allgather(const CommContext &ctx, const Response &response, Entry &local);
-  std::string Broadcast(const CommContext &ctx, const Response &response, Entry &local);
-  std::string Alltoall(const CommContext &ctx, const Response &response, Entry &local);
-  std::string Reducescatter(const CommContext &ctx, const Response &response, Entry &local);
-  void Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start);
+  // The executor of a batch's kind; nullptr for a collective no batch carries.
+  BatchExecutor *ExecutorFor(const Request &spec);
 
   AlgorithmSettings settings_;
   HostLayout layout_;
   Timeline &timeline_;
-  RingAllreduce ring_;
-  MpiAllreduce mpi_;
-  DirectAllreduce direct_;
-  HierarchicalAllreduce hierarchical_;  // uses direct_ and ring_ within each host
-  AdasumAllreduce adasum_;
-  std::vector<int64_t> tensor_counts_;  // an Adasum batch's tensor sizes, reused
-  std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
-  std::vector<BufferPiece> pieces_;     // a batch reduced where its tensors are, reused
-  std::vector<uint8_t> scratch_;
+  AllreduceExecutor allreduce_;
+  AllgatherExecutor allgather_;
+  BroadcastExecutor broadcast_;
+  AlltoallExecutor alltoall_;
+  ReducescatterExecutor reducescatter_;
+  BarrierExecutor barrier_;
   std::unique_ptr<gpu::NcclExecutor> gpu_;  // made by the first GPU collective
 };
 

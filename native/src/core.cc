@@ -90,16 +90,10 @@ int Core::EnqueueAndWait(const Submission *submissions, size_t count, int64_t *h
 }
 
 std::string Core::CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits) {
-  auto members = published_sets_.find(set_id);
-  if (members == published_sets_.end()) {
-    return "process set " + std::to_string(set_id) + " does not exist (tensor '" + request.name + "')";
-  }
-  int set_size = static_cast<int>(members->second.size());
-  if (published_set_rank_[set_id] < 0) {
-    return "rank " + std::to_string(topology_.rank) + " is not a member of process set " + std::to_string(set_id) +
-           " (tensor '" + request.name + "')";
-  }
-  std::string problem = CheckLocalRequest(request, set_size);
+  int set_size = 0;
+  std::string problem = sets_.CheckMember(set_id, topology_.rank, request.name, &set_size);
+  if (!problem.empty()) return problem;
+  problem = CheckLocalRequest(request, set_size);
   if (!problem.empty() || request.collective != Collective::kAlltoall) return problem;
   if (splits.empty() && request.shape[0] % set_size != 0) {
     return "alltoall of tensor '" + request.name + "': first dimension " + std::to_string(request.shape[0]) +
@@ -126,7 +120,7 @@ int64_t Core::Prepare(const Entry &request, std::string *error) {
   *error = CheckRequest(request.request, request.process_set_id, request.splits);
   if (!error->empty()) return -1;
   const int64_t token = registry_.Prepare(request);
-  registry_.Find(token)->checked_sets = published_generation_;
+  registry_.Find(token)->checked_sets = sets_.generation();
   return token;
 }
 
@@ -140,7 +134,7 @@ Clock::time_point Core::SubmissionTime() const {
   // hold limit read it, in tenths of seconds: the coarse clock (the same clock, up to a few ms behind) costs a
   // memory read where the precise one reads the hypervisor's clock page and the TSC, which a step of hundreds
   // of submissions notices.
-  if (timeline_on_) return Clock::now();
+  if (timeline_control_.recording()) return Clock::now();
   timespec coarse;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &coarse);
   return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(coarse.tv_sec) +
@@ -167,10 +161,10 @@ int Core::EnqueueLocked(const Submission *submissions, size_t count, int64_t *ha
     if (s.prepared) {
       prepared = registry_.Find(s.prepared);
       if (!prepared) return refuse(kUnknownPrepared);
-      if (prepared->checked_sets != published_generation_) {
+      if (prepared->checked_sets != sets_.generation()) {
         *error = CheckRequest(prepared->request, prepared->process_set_id, prepared->splits);
         if (!error->empty()) return refuse(-1);
-        prepared->checked_sets = published_generation_;
+        prepared->checked_sets = sets_.generation();
       }
       e = prepared->entry->in_flight ? nullptr : prepared->entry;
     } else {
@@ -239,57 +233,24 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
 
 int Core::ProcessSetRanks(int32_t id, std::vector<int32_t> *ranks) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = published_sets_.find(id);
-  if (it == published_sets_.end()) return -1;
-  *ranks = it->second;
-  return static_cast<int>(ranks->size());
+  return sets_.PublishedRanks(id, ranks) ? static_cast<int>(ranks->size()) : -1;
 }
 
 int Core::ProcessSetRank(int32_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = published_set_rank_.find(id);
-  return it == published_set_rank_.end() ? -1 : it->second;
+  return sets_.PublishedRank(id);
 }
 
 bool Core::RequestTimeline(const std::string &path, bool mark_cycles) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!running_) return false;
-  timeline_request_ = true;
-  timeline_request_path_ = path;
-  timeline_request_marks_ = mark_cycles;
-  const int64_t ticket = ++timeline_requests_made_;
-  work_cv_.notify_one();
-  // Returns once the background thread has applied it: requests submitted after start_timeline()
-  // returns are recorded, and none after stop_timeline() returns.
-  ready_cv_.wait(lock, [&] { return timeline_requests_applied_ >= ticket || !running_; });
-  return true;
-}
-
-void Core::ApplyTimelineRequest() {
-  std::string path;
-  bool marks;
   int64_t ticket;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!timeline_request_) return;
-    timeline_request_ = false;
-    path = timeline_request_path_;
-    marks = timeline_request_marks_;
-    ticket = timeline_requests_made_;
+    if (!running_) return false;
+    ticket = timeline_control_.Post(path, mark_cycles);
   }
-  if (topology_.rank == 0) {  // the coordinator writes the timeline
-    if (path.empty()) {
-      timeline_.Stop();
-    } else if (!timeline_.Start(path, marks)) {
-      Log(LogLevel::kError, "cannot open timeline file " + path);
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    timeline_requests_applied_ = ticket;
-    timeline_on_ = timeline_.active();
-  }
-  ready_cv_.notify_all();
+  work_cv_.notify_one();
+  timeline_control_.WaitApplied(ticket);
+  return true;
 }
 
 bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) {
@@ -301,8 +262,6 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     return false;
   }
   settings_ = settings;
-  set_cycle(settings.cycle_time_ms);
-  last_round_ = Clock::now();
   SetLogLevel(settings.log_level);
   MPI_Comm_dup(parent, &world_);  // our own communicator: user MPI traffic never collides with ours
   Topology t;
@@ -349,34 +308,27 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   // while it waits, and a fused ring stalls when the two ends' threads are not running together.
   cpu_set_t cpus;
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-  hold_async_ = settings.overlap == HVDLITE_OVERLAP_OFF ||
-                (settings.overlap == HVDLITE_OVERLAP_AUTO && cores > 0 && cores <= t.local_size);
+  clock_.Start(settings.cycle_time_ms,
+               settings.overlap == HVDLITE_OVERLAP_OFF ||
+                   (settings.overlap == HVDLITE_OVERLAP_AUTO && cores > 0 && cores <= t.local_size));
   int provided = 0;
   MPI_Query_thread(&provided);
   t.threads_supported = provided == MPI_THREAD_MULTIPLE;
   SetLogRank(t.rank);
   MutableGlobalMpiTypes().Create();
 
-  std::vector<int32_t> all(t.size);
-  for (int r = 0; r < t.size; ++r) all[r] = r;
-  sets_.clear();
-  sets_[0] = std::make_unique<ProcessSet>(0, all, world_, settings.cache_capacity);
-  next_set_id_ = 1;
-  executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline_);
+  sets_.Reset(t.size, world_, settings.cache_capacity);
+  executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline());
   autotuner_.reset();
   if (settings.autotune && t.rank == 0) {
     autotuner_ = std::make_unique<Autotuner>(settings.fusion_threshold_bytes, settings.cycle_time_ms,
                                              settings.autotune_log, settings.autotune_steps_per_sample,
                                              settings.autotune_warmup_samples);
   }
-  if (t.rank == 0 && !settings.timeline_path.empty() &&
-      !timeline_.Start(settings.timeline_path, settings.timeline_mark_cycles)) {
-    Log(LogLevel::kError, "cannot open timeline file " + settings.timeline_path);
-  }
+  timeline_control_.Begin(t.rank == 0, settings.timeline_path, settings.timeline_mark_cycles);
   ProgressWatchdog::Get().Start(settings.progress_timeout_seconds, t.rank);
   std::lock_guard<std::mutex> lock(mutex_);
   topology_ = t;
-  timeline_on_ = timeline_.active();
   return true;
 }
 
@@ -407,13 +359,7 @@ std::string Core::DescribeHosts(const Topology &t, HostLayout *hosts) {
 
 void Core::PublishProcessSets() {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++published_generation_;
-  published_sets_.clear();
-  published_set_rank_.clear();
-  for (auto &[id, set] : sets_) {
-    published_sets_[id] = set->ranks;
-    published_set_rank_[id] = set->member() ? set->rank : -1;
-  }
+  sets_.Publish();
 }
 
 void Core::ThreadMain(Settings settings, MPI_Comm parent) {
@@ -433,23 +379,16 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
 
   while (true) {
     {
-      // Rounds start on cycle boundaries of the system clock: the same instants on every rank, so ranks
-      // enter each negotiation together instead of one spinning in MPI while another still computes
-      // (which, with a core per rank, takes that core from the computation). A burst of async requests
-      // (a step's gradients) waits for the boundary and goes out as one round, so it fuses. While a
-      // caller is blocked on a request in flight, rounds run back to back, so a synchronous collective
-      // pays no cycle; but after kMaxIdleRounds rounds in a row that neither took new work nor finished
-      // anything (a peer is still computing), back to the boundaries: busy-polling MPI for a peer that is
-      // not coming would take a core from its computation.
-      // Holding async work (HVDLITE_OVERLAP off, see negotiation.h): nothing runs before every rank waits,
-      // so a rank whose caller does not wait only keeps a heartbeat (stall reports, polling callers), and a
-      // waiting rank keeps its rounds going: its own core is idle while its peers finish computing.
+      // Rounds start on the clock's boundaries (round_clock.h): a burst of async requests (a step's
+      // gradients) waits for the boundary and goes out as one round, so it fuses. While a caller is blocked
+      // on a request in flight, rounds run back to back, so a synchronous collective pays no cycle, as long as
+      // the clock says rounds keep finding work. Holding async work (HVDLITE_OVERLAP off, see negotiation.h):
+      // nothing runs before every rank waits, so a rank whose caller does not wait only keeps a heartbeat, and
+      // a waiting rank keeps its rounds going: its own core is idle while its peers finish computing.
       std::unique_lock<std::mutex> lock(mutex_);
-      const auto period = hold_async_ ? std::chrono::duration_cast<Clock::duration>(kHoldHeartbeat) : cycle();
-      work_cv_.wait_for(lock, UntilBoundary(period), [&] {
-        const bool keep_going = hold_async_ || idle_rounds_ < kMaxIdleRounds;
-        return shutdown_requested_ || timeline_request_ ||
-               (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && keep_going)));
+      work_cv_.wait_for(lock, clock_.UntilNextRound(), [&] {
+        return shutdown_requested_ || timeline_control_.pending() ||
+               (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && clock_.keep_going())));
       });
     }
     if (!Iterate()) break;
@@ -479,11 +418,11 @@ bool Core::Iterate() {
   bool shutting_down;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    fresh_.swap(queue_);
+    lists_.fresh.swap(queue_);
     shutting_down = shutdown_requested_;
   }
-  ApplyTimelineRequest();
-  const bool local_work = !fresh_.empty() || shutting_down;
+  timeline_control_.Apply();
+  const bool local_work = !lists_.fresh.empty() || shutting_down;
   const int64_t finished_before = finished_;
   RoundInput input = BaseRoundInput();
   input.shutting_down = shutting_down;
@@ -498,10 +437,9 @@ bool Core::Iterate() {
     }
     first_round_awake = true;
   }
-  last_round_ = now;
-  timeline_.MarkCycle(now);
-  Distribute(fresh_);
-  fresh_.clear();
+  timeline().MarkCycle(now);
+  Distribute(lists_.fresh);
+  lists_.fresh.clear();
   input.idle = NothingPending();
   if (autotuner_) {
     input.coordinator_words[0] = static_cast<uint64_t>(autotuner_->fusion_threshold_bytes());
@@ -510,7 +448,7 @@ bool Core::Iterate() {
 
   ProgressWatchdog &watchdog = ProgressWatchdog::Get();
   watchdog.Busy("a negotiation round");
-  const RoundResult &global = NegotiateRound(*sets_.at(0), settings_.negotiation, input);
+  const RoundResult &global = NegotiateRound(sets_.global(), settings_.negotiation, input);
   watchdog.Progress();
   if (first_round_awake) {
     const std::vector<int32_t> &wakers = global.wakers;
@@ -519,7 +457,7 @@ bool Core::Iterate() {
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
   watchdog.Busy("the collectives of a round");
-  Execute(*sets_.at(0), global);
+  Execute(sets_.global(), global);
   watchdog.Idle();
   if (global.shutdown) return false;
   if (global.everyone_idle) {
@@ -527,41 +465,27 @@ bool Core::Iterate() {
     quiet_.GoQuiet();
   } else {
     std::vector<int32_t> ids;
-    for (auto &[id, set] : sets_) {
+    for (auto &[id, set] : sets_.sets()) {
       if (id != 0 && set->member()) ids.push_back(id);
     }
     for (int32_t id : ids) {
-      ProcessSet &set = *sets_.at(id);
+      ProcessSet &set = *sets_.Find(id);
       watchdog.Busy("a process set's round");
       Execute(set, NegotiateRound(set, settings_.negotiation, BaseRoundInput()));
       watchdog.Idle();
     }
   }
   if (autotuner_) autotuner_->RecordRound(round_allreduce_bytes_, Clock::now());
-  timeline_.Flush();
-  idle_rounds_ = local_work || finished_ != finished_before ? 0 : idle_rounds_ + 1;
+  timeline().Flush();
+  clock_.NoteRound(local_work || finished_ != finished_before);
   return true;
-}
-
-Clock::duration Core::UntilBoundary(Clock::duration every) const {
-  // The system clock, not the steady one: its readings agree across processes (and, NTP-synchronised,
-  // across hosts). Only the phase is taken from it; the wait itself runs on the steady clock.
-  const auto period = std::chrono::duration_cast<std::chrono::system_clock::duration>(every);
-  if (period.count() <= 0) return Clock::duration::zero();
-  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-  return std::chrono::duration_cast<Clock::duration>(period - since_epoch % period);
 }
 
 RoundInput Core::BaseRoundInput() const {
   RoundInput input;
-  input.hold = hold_async_;
+  input.hold = clock_.hold_async();
   input.caller_waiting = callers_waiting_.load(std::memory_order_relaxed) > 0;
   return input;
-}
-
-void Core::set_cycle(double ms) {
-  auto ticks = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms)).count();
-  cycle_ticks_.store(ticks, std::memory_order_relaxed);
 }
 
 void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
@@ -571,13 +495,13 @@ void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
   if (words[0] != kNone && static_cast<int64_t>(words[0]) != settings_.fusion_threshold_bytes) {
     settings_.fusion_threshold_bytes = static_cast<int64_t>(words[0]);
   }
-  if (words[1] != kNone) set_cycle(static_cast<double>(words[1]) / 1000.0);
+  if (words[1] != kNone) clock_.set_cycle(static_cast<double>(words[1]) / 1000.0);
 }
 
 bool Core::AnyInFlight() const { return registry_.AnyInFlight(); }
 
 bool Core::NothingPending() const {
-  for (const auto &[id, set] : sets_) {
+  for (const auto &[id, set] : sets_.sets()) {
     for (const Entry *e : set->arrival_order) {
       if (e) return false;
     }
@@ -592,40 +516,38 @@ void Core::TearDown() {
     running_ = false;  // nothing is enqueued from now on; the entries stay in the registry until the end
     queued.swap(queue_);
   }
-  ready_cv_.notify_all();  // a caller waiting for a timeline change gives up
   ProgressWatchdog::Get().Stop();
   for (Entry *e : queued) handles_.Fail(e->handle, kShutDownMessage);
   quiet_.Stop();
-  for (auto &[id, set] : sets_) {
+  for (auto &[id, set] : sets_.sets()) {
     for (Entry *e : set->arrival_order) {
       if (e) handles_.Fail(e->handle, kShutDownMessage);
     }
     set->eager.FreeMpiObjects();
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
   }
-  sets_.clear();
+  sets_.Clear();
   executor_.reset();
   autotuner_.reset();  // closes the autotune log
   MPI_Comm_free(&local_);
   MPI_Comm_free(&cross_);
   MPI_Comm_free(&world_);
   MutableGlobalMpiTypes().Free();
-  timeline_.Stop();
+  timeline_control_.End();  // closes the file; a caller waiting for a timeline change gives up
   std::lock_guard<std::mutex> lock(mutex_);
-  published_sets_.clear();
-  published_set_rank_.clear();
+  sets_.Unpublish();
   registry_.Clear();  // prepared requests' tokens stay unknown: their holders submit by value
 }
 
 void Core::Distribute(const std::vector<Entry *> &fresh) {
   auto now = Clock::now();
   for (Entry *e : fresh) {
-    auto it = sets_.find(e->process_set_id);
-    if (it == sets_.end() || !it->second->member()) {
+    ProcessSet *found = sets_.Find(e->process_set_id);
+    if (!found || !found->member()) {
       FailForRemovedSet(*e);
       continue;
     }
-    ProcessSet &set = *it->second;
+    ProcessSet &set = *found;
     e->negotiation_start = now;
     if (e->request.collective == Collective::kJoin) set.joined = true;
     set.Arrive(e);
@@ -650,18 +572,21 @@ void Core::FailForRemovedSet(Entry &entry) {
 
 void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
                        int64_t result) {
-  finished_entries_.clear();
-  finished_handles_.clear();
-  finished_results_.clear();
+  std::vector<Entry *> &finished_entries = lists_.finished_entries;
+  std::vector<int64_t> &finished_handles = lists_.finished_handles;
+  std::vector<std::unique_ptr<CoreResults>> &finished_results = lists_.finished_results;
+  finished_entries.clear();
+  finished_handles.clear();
+  finished_results.clear();
   size_t n = 0;
   for (size_t i = 0; i < count; ++i) {
     if (i + kEntryPrefetchAhead < count) PrefetchEntry(entries[i + kEntryPrefetchAhead]);
     Entry *e = entries[i];
     if (!e) continue;
     set.Leave(e);
-    finished_entries_.push_back(e);
-    finished_handles_.push_back(e->handle);
-    finished_results_.push_back(std::move(e->results));
+    finished_entries.push_back(e);
+    finished_handles.push_back(e->handle);
+    finished_results.push_back(std::move(e->results));
     e->ReleaseReadyEvent();  // a request that failed before its stream waited
     ++n;
   }
@@ -670,20 +595,21 @@ void Core::FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, con
     // Out of flight before the handles complete, so that a waiter may submit the names again at once; from
     // here on the entries belong to the next submissions (or are gone): only their results are read.
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Entry *e : finished_entries_) registry_.Land(*e);
+    for (Entry *e : finished_entries) registry_.Land(*e);
   }
   finished_ += static_cast<int64_t>(n);
-  handles_.CompleteAll(finished_handles_.data(), n, [&](size_t i, HandleState &s) {
+  handles_.CompleteAll(finished_handles.data(), n, [&](size_t i, HandleState &s) {
     if (!error.empty()) s.error = error;
     s.result = result;
-    s.results = std::move(finished_results_[i]);
+    s.results = std::move(finished_results[i]);
   }, /*wake=*/false);
   handles_.WakeWaiters();
 }
 
 void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
-  const bool record = timeline_.active();
-  eager_finished_.clear();
+  const bool record = timeline().active();
+  std::vector<Entry *> &eager_finished = lists_.eager_finished;
+  eager_finished.clear();
   for (const EagerResult &eager : done) {
     const Request &spec = eager.response->spec;
     round_allreduce_bytes_ += eager.response->Elements() * static_cast<int64_t>(DataTypeSize(spec.dtype));
@@ -692,12 +618,12 @@ void Core::FinishEager(ProcessSet &set, const std::vector<EagerResult> &done) {
     FinishReduction(e.output, eager.reduced, eager.response->Elements(), spec.dtype, spec.op, spec.postscale,
                     set.size);
     if (record) {
-      timeline_.Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
-      timeline_.Record(spec.name, "EAGER_ALLREDUCE", e.negotiation_start, Clock::now());
+      timeline().Record(spec.name, "QUEUE", e.enqueued, e.negotiation_start);
+      timeline().Record(spec.name, "EAGER_ALLREDUCE", e.negotiation_start, Clock::now());
     }
-    eager_finished_.push_back(&e);
+    eager_finished.push_back(&e);
   }
-  FinishBatch(set, eager_finished_.data(), eager_finished_.size(), "");
+  FinishBatch(set, eager_finished.data(), eager_finished.size(), "");
 }
 
 void Core::Execute(ProcessSet &set, const RoundResult &round) {
@@ -707,8 +633,8 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
     return;
   }
   // The collectives of the round and this rank's entry for each (null where it has none: it joined).
-  std::vector<const Response *> &collectives = round_collectives_;
-  std::vector<Entry *> &their_entries = round_entries_;
+  std::vector<const Response *> &collectives = lists_.collectives;
+  std::vector<Entry *> &their_entries = lists_.entries;
   collectives.clear();
   their_entries.clear();
   std::vector<const Response *> changes;
@@ -728,18 +654,18 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
   };
   for (size_t i = 0; i < round.cached.size(); ++i) sort_out(*round.cached[i], round.cached_entries[i]);
   for (const Response &response : round.slow_path) sort_out(response, set.FindPending(response.spec.name));
-  const bool record = timeline_.active();
-  PlanFusion(collectives, settings_.fusion_threshold_bytes, &fusion_plan_);
-  for (const FusedBatch &batch : fusion_plan_) {
-    std::vector<Entry *> &locals = batch_entries_;
+  const bool record = timeline().active();
+  PlanFusion(collectives, settings_.fusion_threshold_bytes, &lists_.fusion_plan);
+  for (const FusedBatch &batch : lists_.fusion_plan) {
+    std::vector<Entry *> &locals = lists_.batch;
     locals.clear();
     for (size_t member : batch.members) locals.push_back(their_entries[member]);
     if (record) {
       auto now = Clock::now();
       for (Entry *e : locals) {
         if (!e) continue;
-        timeline_.Record(e->request.name, "QUEUE", e->enqueued, e->negotiation_start);
-        timeline_.Record(e->request.name, "NEGOTIATE", e->negotiation_start, now);
+        timeline().Record(e->request.name, "QUEUE", e->enqueued, e->negotiation_start);
+        timeline().Record(e->request.name, "NEGOTIATE", e->negotiation_start, now);
       }
     }
     if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
@@ -752,33 +678,30 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
 }
 
 void Core::ApplyProcessSetChange(const Response &response) {
-  ProcessSet &global = *sets_.at(0);
+  ProcessSet &global = sets_.global();
   Entry *local = global.FindPending(response.spec.name);
   std::string error;
   int64_t result = 0;
   const std::vector<int32_t> &ranks = response.spec.ranks;
   if (response.spec.collective == Collective::kAddProcessSet) {
-    for (auto &[id, set] : sets_) {
-      if (set->ranks == ranks) error = "a process set with these ranks already exists (id " + std::to_string(id) + ")";
-    }
+    const int32_t existing = sets_.IdOf(ranks);
+    if (existing >= 0) error = "a process set with these ranks already exists (id " + std::to_string(existing) + ")";
     // Every rank of the job takes part in the split; non-members get MPI_COMM_NULL.
     bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
     if (error.empty()) {
       MPI_Comm comm;
       MPI_Comm_split(world_, member ? 0 : MPI_UNDEFINED, topology_.rank, &comm);
-      result = next_set_id_++;
-      sets_[static_cast<int32_t>(result)] =
-          std::make_unique<ProcessSet>(static_cast<int32_t>(result), ranks, comm, settings_.cache_capacity);
+      result = sets_.Add(ranks, comm, settings_.cache_capacity);
     }
   } else {
     int32_t id = ranks.empty() ? -1 : ranks[0];
-    auto target = sets_.find(id);
+    ProcessSet *target = sets_.Find(id);
     if (id == 0) {
       error = "the global process set cannot be removed";
-    } else if (target == sets_.end()) {
+    } else if (!target) {
       error = "process set " + std::to_string(id) + " does not exist";
     } else {
-      ProcessSet &set = *target->second;
+      ProcessSet &set = *target;
       for (Entry *e : set.arrival_order) {
         if (!e) continue;
         set.Leave(e);
@@ -787,7 +710,7 @@ void Core::ApplyProcessSetChange(const Response &response) {
       set.eager.FreeMpiObjects();
       executor_->ForgetProcessSet(id);
       if (set.member()) MPI_Comm_free(&set.comm);
-      sets_.erase(target);
+      sets_.Erase(id);
     }
   }
   PublishProcessSets();

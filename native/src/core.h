@@ -18,10 +18,11 @@
 #include "fusion_planner.h"
 #include "handle_table.h"
 #include "negotiation.h"
-#include "process_set.h"
+#include "process_set_table.h"
 #include "quiet_wake.h"
 #include "request_registry.h"
-#include "timeline.h"
+#include "round_clock.h"
+#include "timeline_control.h"
 
 namespace hvdlite {
 
@@ -126,21 +127,18 @@ class Core {
                    int64_t result = 0);
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
-  void ApplyTimelineRequest();
   bool NothingPending() const;
   bool AnyInFlight() const;  // mutex_ held
   RoundInput BaseRoundInput() const;
 
   // Guarded by mutex_: the queue and everything caller threads read.
   std::mutex mutex_;
-  std::condition_variable work_cv_;   // wakes the background thread: new work or shutdown
+  std::condition_variable work_cv_;   // wakes the background thread: new work, a timeline change or shutdown
   std::condition_variable ready_cv_;  // wakes Init: set-up finished
   std::vector<Entry *> queue_;  // submitted, not yet taken by the background thread (entries of registry_)
   RequestRegistry registry_;    // every request in flight, and the prepared ones
   std::vector<Entry *> claimed_;  // EnqueueLocked's, reused
   std::vector<RequestRegistry::Prepared *> claimed_prepared_;
-  std::map<int32_t, std::vector<int32_t>> published_sets_;
-  std::map<int32_t, int> published_set_rank_;
   bool running_ = false;
   // Written under mutex_; read without it (hvdlite_is_initialized runs once per numpy all-reduce).
   std::atomic<bool> initialized_{false};
@@ -149,51 +147,40 @@ class Core {
   // Threads blocked in Wait: what is in flight must not wait for the cycle boundary. Raised under mutex_
   // (before the wake-up), lowered without it.
   std::atomic<int> callers_waiting_{0};
-  bool timeline_request_ = false;
-  std::string timeline_request_path_;
-  bool timeline_request_marks_ = false;
-  int64_t timeline_requests_made_ = 0;
-  int64_t timeline_requests_applied_ = 0;
-  bool timeline_on_ = false;  // timeline_.active(), for submitting threads (under mutex_)
   std::string set_up_error_;
   Topology topology_;
   int64_t process_set_changes_ = 0;
-  uint64_t published_generation_ = 0;  // PublishProcessSets calls: prepared requests are checked again after one
   int32_t next_group_id_ = 1;
   std::thread thread_;
 
-  // Owned by the background thread, the only thread of the core that calls MPI.
-  int64_t finished_ = 0;    // requests finished so far
-  int idle_rounds_ = 0;     // rounds in a row that took no new work and finished nothing
-  static constexpr int kMaxIdleRounds = 2;
-  std::atomic<Clock::rep> cycle_ticks_{0};  // the cycle time; autotune may change it, callers read it
-  Clock::duration cycle() const { return Clock::duration(cycle_ticks_.load(std::memory_order_relaxed)); }
-  Clock::duration UntilBoundary(Clock::duration every) const;
-  // Rounds of a rank that holds async work and has no caller waiting (stall reports, polling callers).
-  static constexpr auto kHoldHeartbeat = std::chrono::milliseconds(100);
-  void set_cycle(double ms);
-  void ApplyCoordinatorWords(const uint64_t words[2]);
-  std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
-  int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
-  // FinishBatch's working lists, reused: results are moved out of the entries before they leave flight.
-  std::vector<Entry *> finished_entries_;
-  std::vector<int64_t> finished_handles_;
-  std::vector<std::unique_ptr<CoreResults>> finished_results_;
-  std::vector<Entry *> eager_finished_;    // FinishEager's batch, reused
-  std::vector<const Response *> round_collectives_;  // Execute's working lists, reused
-  std::vector<Entry *> round_entries_;
-  std::vector<Entry *> batch_entries_;
-  FusionPlan fusion_plan_;  // Execute's, reused
-  Clock::time_point last_round_;
-  std::vector<Entry *> fresh_;
+  // Owned by the background thread, the only thread of the core that calls MPI (the process sets' published
+  // view excepted: under mutex_).
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
+  ProcessSetTable sets_;
+  RoundClock clock_;
   QuietWake quiet_;  // rounds stop while no rank has work (quiet_wake.h)
-  bool hold_async_ = false;  // HVDLITE_OVERLAP resolved: hold async work until every rank waits
-  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
-  int32_t next_set_id_ = 1;
+  TimelineControl timeline_control_;
+  Timeline &timeline() { return timeline_control_.timeline(); }
   std::unique_ptr<CollectiveExecutor> executor_;
-  Timeline timeline_;
+  std::unique_ptr<Autotuner> autotuner_;  // the coordinator's, with HVDLITE_AUTOTUNE
+  void ApplyCoordinatorWords(const uint64_t words[2]);
+  int64_t round_allreduce_bytes_ = 0;     // all-reduced by the current iteration (autotune's measure)
+  int64_t finished_ = 0;    // requests finished so far
+  // The working lists of a round, reused: Iterate's fresh entries, Execute's collectives and their entries, a
+  // batch's entries and the fusion plan, FinishBatch's and FinishEager's (results are moved out of the entries
+  // before they leave flight).
+  struct RoundLists {
+    std::vector<Entry *> fresh;
+    std::vector<const Response *> collectives;
+    std::vector<Entry *> entries;
+    std::vector<Entry *> batch;
+    FusionPlan fusion_plan;
+    std::vector<Entry *> finished_entries;
+    std::vector<int64_t> finished_handles;
+    std::vector<std::unique_ptr<CoreResults>> finished_results;
+    std::vector<Entry *> eager_finished;
+  } lists_;
   HandleTable handles_;
 };
 

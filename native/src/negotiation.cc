@@ -97,136 +97,160 @@ std::vector<Response> SlowPath(ProcessSet &set, Clock::time_point now) {
 }  // namespace
 
 const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input) {
-  const Clock::time_point now = Clock::now();
-  const int32_t capacity = set.cache.capacity();
-  const int32_t words = (capacity + 63) / 64;
-  const int32_t rank_words = (set.size + 63) / 64;
+  NegotiationRound round(set, settings, input);
+  round.Pack();
+  round.Exchange();
+  return round.Decode();
+}
+
+NegotiationRound::NegotiationRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input)
+    : set_(set),
+      settings_(settings),
+      input_(input),
+      now_(Clock::now()),
+      capacity_(set.cache.capacity()),
+      words_((capacity_ + 63) / 64),
+      rank_words_((set.size + 63) / 64),
+      header_words_(1 + 2 * words_ + 2 + rank_words_) {}
+
+void NegotiationRound::Pack() {
   // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank], then
   // the eager payload (eager_allreduce.h).
-  set.cache.StartRound();
-  set.eager.Layout(set.cache, settings.eager_max_bytes);
-  const int32_t header_words = 1 + 2 * words + 2 + rank_words;
-  std::vector<uint64_t> &bits = set.round_bits;
-  bits.assign(header_words + set.eager.payload_words(), 0);
-  uint8_t *payload = reinterpret_cast<uint8_t *>(bits.data() + header_words);
-  uint64_t *ready = bits.data() + 1;
-  uint64_t *valid = ready + words;
-  uint64_t *coordinator = valid + words;
-  uint64_t *not_woken_by = coordinator + 2;
-  for (int32_t w = 0; w < words; ++w) valid[w] = ~uint64_t{0};
-  coordinator[0] = input.coordinator_words[0];
-  coordinator[1] = input.coordinator_words[1];
-  for (int32_t w = 0; w < rank_words; ++w) not_woken_by[w] = ~uint64_t{0};
-  if (input.sent_wake) ClearBit(not_woken_by, set.rank);
+  set_.cache.StartRound();
+  set_.eager.Layout(set_.cache, settings_.eager_max_bytes);
+  std::vector<uint64_t> &bits = set_.round_bits;
+  bits.assign(header_words_ + set_.eager.payload_words(), 0);
+  payload_ = reinterpret_cast<uint8_t *>(bits.data() + header_words_);
+  ready_ = bits.data() + 1;
+  valid_ = ready_ + words_;
+  coordinator_ = valid_ + words_;
+  not_woken_by_ = coordinator_ + 2;
+  for (int32_t w = 0; w < words_; ++w) valid_[w] = ~uint64_t{0};
+  coordinator_[0] = input_.coordinator_words[0];
+  coordinator_[1] = input_.coordinator_words[1];
+  for (int32_t w = 0; w < rank_words_; ++w) not_woken_by_[w] = ~uint64_t{0};
+  if (input_.sent_wake) ClearBit(not_woken_by_, set_.rank);
 
-  // Requests a cached agreement answers set their bit; a changed request, or a cached one waiting too
-  // long (so the coordinator can see who is missing), clears its valid bit and goes the slow way.
-  const double cached_stall_seconds = settings.stall_check_seconds / 2;
-  bool slow_path_work = !set.due_failures.empty();
+  bool slow_path_work = !set_.due_failures.empty();
   bool held_too_long = false;
-  for (Entry *entry : set.arrival_order) {
+  for (Entry *entry : set_.arrival_order) {
     if (!entry) continue;
-    Entry &e = *entry;
-    const double age = SecondsSince(e.enqueued, now);
+    const double age = SecondsSince(entry->enqueued, now_);
     held_too_long |= age > kMaxHoldSeconds;
-    if (e.state == Entry::State::kAnnounced) continue;
-    int32_t bit = e.cache_bit;
-    if (bit < 0 || set.cache.Stamp(bit) != e.cache_stamp) {  // not matched since the bit last changed
-      bit = ResponseCache::Cacheable(e.request.collective) ? set.cache.Lookup(e.request.name) : -1;
-      if (bit >= 0 && !set.cache.Matches(bit, e.request, set.rank)) {
-        ClearBit(valid, bit);
-        bit = -1;
-      }
-      e.cache_bit = bit;
-      e.cache_stamp = bit >= 0 ? set.cache.Stamp(bit) : 0;
-    }
-    bool stalled = cached_stall_seconds > 0 && age > cached_stall_seconds;
-    if (bit >= 0 && stalled) {
-      ClearBit(valid, bit);
-      bit = -1;
-    }
-    if (bit < 0) {
-      e.state = Entry::State::kUnannounced;
-      slow_path_work = true;
-    } else {
-      e.state = Entry::State::kCached;
-      SetBit(ready, bit);
-      set.entry_of_bit[bit] = &e;
-      set.round_cached_bits.push_back(bit);
-      if (const EagerSlot *slot = set.eager.Find(bit)) {
-        ScaleCopy(payload + slot->offset_bytes, e.input, slot->count, slot->dtype, e.request.prescale);
-      }
-    }
+    if (entry->state != Entry::State::kAnnounced) slow_path_work |= !AnnounceByCache(*entry, age);
   }
   // A joined rank is ready for every cached allreduce: it contributes zeros (its eager slots stay zero).
-  if (set.joined) {
-    for (int32_t bit = 0; bit < capacity; ++bit) {
-      if (set.cache.Used(bit) && set.cache.Get(bit).spec.collective == Collective::kAllreduce) SetBit(ready, bit);
+  if (set_.joined) {
+    for (int32_t bit = 0; bit < capacity_; ++bit) {
+      if (set_.cache.Used(bit) && set_.cache.Get(bit).spec.collective == Collective::kAllreduce) SetBit(ready_, bit);
     }
   }
-  InspectStalls(set, settings, now);
-  if (!set.due_failures.empty()) slow_path_work = true;
-  bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input.shutting_down ? 0 : kNotShuttingDown) |
-            (set.joined ? kJoined : 0) | (input.idle && !slow_path_work ? kIdle : 0) |
-            (input.caller_waiting ? kAllWaiting : 0) | (input.hold && !held_too_long ? kMayHold : 0);
+  InspectStalls(set_, settings_, now_);
+  if (!set_.due_failures.empty()) slow_path_work = true;
+  bits[0] = (slow_path_work ? 0 : kNoSlowPathWork) | (input_.shutting_down ? 0 : kNotShuttingDown) |
+            (set_.joined ? kJoined : 0) | (input_.idle && !slow_path_work ? kIdle : 0) |
+            (input_.caller_waiting ? kAllWaiting : 0) | (input_.hold && !held_too_long ? kMayHold : 0);
+}
 
-  if (set.eager.payload_words() > 0) {
-    set.eager.Allreduce(bits.data(), header_words, set.comm);
+bool NegotiationRound::AnnounceByCache(Entry &e, double age) {
+  // Requests a cached agreement answers set their bit; a changed request, or a cached one waiting too long (so
+  // the coordinator can see who is missing), clears its valid bit and goes the slow way.
+  int32_t bit = e.cache_bit;
+  if (bit < 0 || set_.cache.Stamp(bit) != e.cache_stamp) {  // not matched since the bit last changed
+    bit = ResponseCache::Cacheable(e.request.collective) ? set_.cache.Lookup(e.request.name) : -1;
+    if (bit >= 0 && !set_.cache.Matches(bit, e.request, set_.rank)) {
+      ClearBit(valid_, bit);
+      bit = -1;
+    }
+    e.cache_bit = bit;
+    e.cache_stamp = bit >= 0 ? set_.cache.Stamp(bit) : 0;
+  }
+  const double cached_stall_seconds = settings_.stall_check_seconds / 2;
+  if (bit >= 0 && cached_stall_seconds > 0 && age > cached_stall_seconds) {
+    ClearBit(valid_, bit);
+    bit = -1;
+  }
+  if (bit < 0) {
+    e.state = Entry::State::kUnannounced;
+    return false;
+  }
+  e.state = Entry::State::kCached;
+  SetBit(ready_, bit);
+  set_.entry_of_bit[bit] = &e;
+  set_.round_cached_bits.push_back(bit);
+  if (const EagerSlot *slot = set_.eager.Find(bit)) {
+    ScaleCopy(payload_ + slot->offset_bytes, e.input, slot->count, slot->dtype, e.request.prescale);
+  }
+  return true;
+}
+
+void NegotiationRound::Exchange() {
+  std::vector<uint64_t> &bits = set_.round_bits;
+  if (set_.eager.payload_words() > 0) {
+    set_.eager.Allreduce(bits.data(), header_words_, set_.comm);
   } else {
-    MPI_Allreduce(MPI_IN_PLACE, bits.data(), header_words, MPI_UINT64_T, MPI_BAND, set.comm);
+    MPI_Allreduce(MPI_IN_PLACE, bits.data(), header_words_, MPI_UINT64_T, MPI_BAND, set_.comm);
   }
+}
 
-  RoundResult &result = set.round;
+const RoundResult &NegotiationRound::Decode() {
+  const uint64_t flags = set_.round_bits[0];
+  RoundResult &result = set_.round;
   result.Reset();
-  result.shutdown = !(bits[0] & kNotShuttingDown);
-  result.everyone_idle = (bits[0] & kIdle) && (bits[0] & kNoSlowPathWork);
-  result.coordinator_words[0] = coordinator[0];
-  result.coordinator_words[1] = coordinator[1];
-  for (int32_t r = 0; r < set.size; ++r) {
-    if (!TestBit(not_woken_by, r)) result.wakers.push_back(r);
+  result.shutdown = !(flags & kNotShuttingDown);
+  result.everyone_idle = (flags & kIdle) && (flags & kNoSlowPathWork);
+  result.coordinator_words[0] = coordinator_[0];
+  result.coordinator_words[1] = coordinator_[1];
+  for (int32_t r = 0; r < set_.size; ++r) {
+    if (!TestBit(not_woken_by_, r)) result.wakers.push_back(r);
   }
-  const bool everyone_joined = bits[0] & kJoined;
   // Every rank holds and none has waited too long, and some rank still has no caller waiting (it is still
   // computing): the cached collectives ready now wait for the next round. Eager ones are done already.
-  result.held = (bits[0] & kMayHold) && !(bits[0] & kAllWaiting);
-  // Only words with a cleared valid bit or a set ready bit need a look: steady state touches few.
-  for (int32_t w = 0; w < words; ++w) {
-    for (uint64_t invalid = ~valid[w]; invalid; invalid &= invalid - 1) {
-      int32_t bit = w * 64 + __builtin_ctzll(invalid);
-      if (bit >= capacity || !set.cache.Used(bit)) continue;
-      if (Entry *e = set.entry_of_bit[bit]) {
-        e->state = Entry::State::kUnannounced;  // goes the slow way
-        set.entry_of_bit[bit] = nullptr;
-      }
-      set.cache.Erase(bit);
-      ClearBit(ready, bit);
-    }
-  }
-  std::vector<int32_t> &ready_bits = set.round_ready_bits;
-  ready_bits.clear();
-  for (int32_t w = 0; w < words && !everyone_joined; ++w) {
-    for (uint64_t word = ready[w]; word; word &= word - 1) {
-      int32_t bit = w * 64 + __builtin_ctzll(word);
-      set.cache.Touch(bit);
-      ready_bits.push_back(bit);
-      const Response &response = set.cache.Get(bit);
-      Entry *entry = set.entry_of_bit[bit];
-      if (!entry && set.joined) entry = set.FindPending(response.spec.name);  // ready by the join's rule
-      if (const EagerSlot *slot = set.eager.Find(bit)) {
-        result.eager.push_back(EagerResult{&response, entry, payload + slot->offset_bytes});
-      } else if (!result.held) {
-        result.cached.push_back(&response);
-        result.cached_entries.push_back(entry);
-      }
-    }
-  }
-  for (int32_t bit : set.round_cached_bits) set.entry_of_bit[bit] = nullptr;
-  set.round_cached_bits.clear();
-  set.eager.Observe(ready_bits);
-  if (!(bits[0] & kNoSlowPathWork)) {
-    result.slow_path = SlowPath(set, now);
-  }
+  result.held = (flags & kMayHold) && !(flags & kAllWaiting);
+  EvictInvalidated();
+  CollectReady(/*everyone_joined=*/flags & kJoined, &result);
+  if (!(flags & kNoSlowPathWork)) result.slow_path = SlowPath(set_, now_);
   return result;
+}
+
+void NegotiationRound::EvictInvalidated() {
+  // Only words with a cleared valid bit need a look: steady state touches few.
+  for (int32_t w = 0; w < words_; ++w) {
+    for (uint64_t invalid = ~valid_[w]; invalid; invalid &= invalid - 1) {
+      int32_t bit = w * 64 + __builtin_ctzll(invalid);
+      if (bit >= capacity_ || !set_.cache.Used(bit)) continue;
+      if (Entry *e = set_.entry_of_bit[bit]) {
+        e->state = Entry::State::kUnannounced;  // goes the slow way
+        set_.entry_of_bit[bit] = nullptr;
+      }
+      set_.cache.Erase(bit);
+      ClearBit(ready_, bit);
+    }
+  }
+}
+
+void NegotiationRound::CollectReady(bool everyone_joined, RoundResult *result) {
+  std::vector<int32_t> &ready_bits = set_.round_ready_bits;
+  ready_bits.clear();
+  for (int32_t w = 0; w < words_ && !everyone_joined; ++w) {
+    for (uint64_t word = ready_[w]; word; word &= word - 1) {
+      int32_t bit = w * 64 + __builtin_ctzll(word);
+      set_.cache.Touch(bit);
+      ready_bits.push_back(bit);
+      const Response &response = set_.cache.Get(bit);
+      Entry *entry = set_.entry_of_bit[bit];
+      if (!entry && set_.joined) entry = set_.FindPending(response.spec.name);  // ready by the join's rule
+      if (const EagerSlot *slot = set_.eager.Find(bit)) {
+        result->eager.push_back(EagerResult{&response, entry, payload_ + slot->offset_bytes});
+      } else if (!result->held) {
+        result->cached.push_back(&response);
+        result->cached_entries.push_back(entry);
+      }
+    }
+  }
+  for (int32_t bit : set_.round_cached_bits) set_.entry_of_bit[bit] = nullptr;
+  set_.round_cached_bits.clear();
+  set_.eager.Observe(ready_bits);
 }
 
 }  // namespace hvdlite

@@ -36,7 +36,36 @@ struct RoundInput {
 
 constexpr double kMaxHoldSeconds = 0.1;
 
-// Runs the round and returns its outcome, which lives in set.round until the set's next round.
+// Runs the round (NegotiationRound's steps) and returns its outcome, which lives in set.round until the set's
+// next round.
 const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
+
+// One round in three steps. Pack: this rank's view into the set's bit vector (flags, a ready bit for each request
+// the response cache answers, valid bits cleared where a cached agreement no longer fits, the coordinator's words,
+// the wake bits, the eager payload). Exchange: one MPI_Allreduce(BAND) of it (with the eager payload's own
+// reductions). Decode: the agreed vector into the round's result, entries of invalidated bits sent the slow way,
+// and the slow path itself where any rank asked for it.
+class NegotiationRound {
+ public:
+  NegotiationRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
+  void Pack();
+  void Exchange();
+  const RoundResult &Decode();
+
+ private:
+  // Sets e's ready bit where the cache answers it (true), else sends it the slow way (false).
+  bool AnnounceByCache(Entry &e, double age);
+  void EvictInvalidated();
+  void CollectReady(bool everyone_joined, RoundResult *result);
+
+  ProcessSet &set_;
+  const NegotiationSettings &settings_;
+  const RoundInput &input_;
+  const Clock::time_point now_;
+  const int32_t capacity_, words_, rank_words_, header_words_;  // cache bits, words of them, of ranks, of header
+  // Where each part lies in set_.round_bits (set by Pack).
+  uint64_t *ready_ = nullptr, *valid_ = nullptr, *coordinator_ = nullptr, *not_woken_by_ = nullptr;
+  uint8_t *payload_ = nullptr;
+};
 
 }  // namespace hvdlite

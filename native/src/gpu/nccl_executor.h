@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/allreduce_algorithm.h"
+#include "collectives/batch_executor.h"
 #include "entry.h"
 #include "gpu/gpu_watch.h"
 #include "gpu/nccl_communicators.h"
@@ -22,7 +23,7 @@
 
 namespace hvdlite::gpu {
 
-class NcclExecutor {
+class NcclExecutor : public BatchExecutor {
  public:
   // local_rank picks the GPU of a rank that has joined before it ever submitted a GPU tensor.
   NcclExecutor(int rank, int local_rank, double progress_timeout_seconds);
@@ -33,8 +34,11 @@ class NcclExecutor {
   // locals[i]: this rank's entry for batch.parts[i], null where it joined. An error message, or "".
   std::string Execute(int32_t set_id, const CommContext &ctx, const FusedBatch &batch,
                       const std::vector<Entry *> &locals);
+  std::string Run(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) override {
+    return Execute(set.id, ContextOf(set), batch, locals);
+  }
   void ForgetProcessSet(int32_t set_id);
-  static const char *TimelinePhase(Collective collective) {
+  const char *TimelinePhase(Collective collective) const override {
     switch (collective) {
       case Collective::kAllreduce: return "NCCL_ALLREDUCE";
       case Collective::kBroadcast: return "NCCL_BROADCAST";
