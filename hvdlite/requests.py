@@ -300,7 +300,7 @@ class PreparedRequest(_tensor_calls.PreparedRequestBase):
 
 class GroupHandle:
     """The handles of a group submitted in one call, kept as the C array the core filled: waiting and
-    releasing are one C call each, with no Python object per member."""
+    releasing are one C call each, with no Python object per member. A Work (hvdlite/work.py)."""
 
     __slots__ = ("_ids", "_count", "_names", "_keepalive")
 
@@ -318,10 +318,29 @@ class GroupHandle:
         if code < 0:
             raise HvdliteError("wait: the group was already released")
 
+    def result(self):
+        return None  # a group of requests whose outputs are the callers' buffers
+
+    def exception(self):
+        """The first failed member's HvdliteError (not raised), or None: all done well, or not all done."""
+        if not self.poll():
+            return None
+        try:
+            self.wait()  # done: does not block
+        except HvdliteError as error:
+            return error
+        return None
+
     def release(self):
         if self._keepalive is not None:
             lib.hvdlite_release_all(self._ids, self._count)
             self._keepalive = None
+
+    def finish(self):
+        try:
+            self.wait()
+        finally:
+            self.release()
 
     def __del__(self):
         if getattr(self, "_keepalive", None) is not None and lib.hvdlite_all_done(self._ids, self._count):

@@ -178,7 +178,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
     """Starts summing (``Sum``) or averaging (``Average``) a sparse COO tensor over the set by gathering every
     rank's indices and values, as Horovod does. Returns, as Horovod does, a callable: calling it waits and
-    returns the reduced sparse tensor (coalesced)."""
+    returns the reduced sparse tensor (coalesced). The callable is a Work (hvdlite/work.py) too."""
     if op not in (Average, Sum):
         raise ValueError(f"sparse_allreduce_async supports op=Average or op=Sum, got {op!r}")
     if not tensor.is_sparse:
@@ -187,16 +187,17 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     coalesced = tensor.coalesce()
     indices = coalesced.indices().t().contiguous()
     values = coalesced.values().contiguous()
-    handle = grouped_allgather_async([indices, values], name=name, process_set=process_set)
+    core, gathered = _allgather_group([indices, values], _names(name, "grouped_allgather", 2, process_set),
+                                      process_set)
     size = process_set.size()
 
-    def wait():
-        all_indices, all_values = handles.synchronize(handle)
+    def build(core_handles):
+        all_indices, all_values = gathered(core_handles)
         if op == Average:
             all_values = all_values / size
         return torch.sparse_coo_tensor(all_indices.t(), all_values, tensor.shape,
                                        check_invariants=False).coalesce()
-    return wait
+    return handles.CallableWork(core, build)
 
 
 # ---------------------------------------------------------------------------------------------- broadcast

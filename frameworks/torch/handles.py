@@ -3,44 +3,76 @@
 They are the NumPy API's int handles (native/python/int_handles.c): one table, so a torch handle and a NumPy one
 never share a number. A CPU tensor's all-reduce goes through the NumPy API's C path (async_ops.py) and its
 handle holds the result array, made a tensor here. Any other operation may stand for several core handles (a
-grouped operation, a GPU tensor staged on the host): an _Operation, which turns the finished core handles into
-the user's result (copy out, copy back to a GPU, ...). The tensors the core reads and writes are kept alive by
-the core handles' keepalive until they are released.
+grouped operation, a GPU tensor staged on the host): a CompositeWork (hvdlite/work.py), whose result turns the
+finished core handles into the user's (copy out, copy back to a GPU, ...). The tensors the core reads and writes
+are kept alive by the core handles' keepalive until they are released.
 """
 import numpy as np
 
 from hvdlite import _tensor_calls
-from hvdlite.requests import release_all, wait_all
+from hvdlite.errors import HorovodInternalError
+from hvdlite.work import CompositeWork
 
 from . import staging
 
 
-class _Operation:
-    """What synchronize waits for, builds the result from, and releases: every core handle of the operation is
-    waited for before any is released, so that the core never writes into memory that has been given back."""
-    __slots__ = ("core_handles", "finish")
+class CallableWork(CompositeWork):
+    """A CompositeWork that is also what Horovod's sparse_allreduce_async returns: a callable that waits, returns
+    the result and releases."""
 
-    def __init__(self, core_handles, finish):
-        self.core_handles = core_handles
-        self.finish = finish
+    __slots__ = ()
+
+    def __call__(self):
+        try:
+            self.wait()
+            return self.result()
+        finally:
+            self.release()
+
+
+class HorovodHandleWork:
+    """A Work (hvdlite/work.py) over one of Horovod's int handles, what this adapter's async collectives return:
+    an int handle is given back by synchronize only, which waits; the result (or the error) is kept."""
+
+    __slots__ = ("handle", "_done", "_result", "_error")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self._done, self._result, self._error = False, None, None
 
     def wait(self):
-        wait_all(self.core_handles)
-
-    def release(self):
-        release_all(self.core_handles)
+        if not self._done:
+            try:
+                self._result = synchronize(self.handle)
+            except HorovodInternalError as error:
+                self._error = error
+            self._done = True
+        if self._error is not None:
+            raise self._error
 
     def poll(self):
-        return all(h.poll() for h in self.core_handles)
+        return self._done or poll(self.handle)
 
-    def result(self, _):
-        return self.finish(self.core_handles)
+    def result(self):
+        return self._result
+
+    def exception(self):
+        return self._error
+
+    def release(self):
+        if not self._done:
+            try:
+                self.wait()
+            except HorovodInternalError:
+                pass  # kept: exception() tells it
+
+    def finish(self):
+        self.wait()
 
 
-def register(core_handles, finish):
-    """Records an operation; ``finish(core_handles)`` builds its result once every core handle is done."""
-    op = _Operation(list(core_handles), finish)
-    return _tensor_calls.track(op, op.result)
+def register(core_handles, build):
+    """Records an operation; ``build(core_handles)`` makes its result once every core handle is done."""
+    return _tensor_calls.track(CompositeWork(core_handles, build), CompositeWork.result)
 
 
 def _unknown(handle, error):

@@ -21,27 +21,27 @@ from . import async_ops as aops
 from . import gpu_path, staging
 from .async_ops import Adasum, Average, Sum
 from .compression import Compression
+from .handles import HorovodHandleWork
 from .handles import synchronize as _synchronize_handle
 
 
 class _Bucket:
     """Parameters whose gradients are all-reduced together (one parameter unless ``groups`` was given)."""
 
-    __slots__ = ("params", "name", "ready", "handle", "contexts", "prepared", "placement", "sparse")
+    __slots__ = ("params", "name", "ready", "work", "take", "contexts", "prepared", "placement", "sparse")
 
     def __init__(self, params, name):
         self.params = params
         self.name = name
         self.ready = set()
-        self.handle = None
-        self.contexts = None
+        self.work = None  # the Work in flight (hvdlite/work.py), None between steps
+        # How the finished work's result reaches the gradients: None where it was reduced in place (the prepared
+        # path: on a GPU, ordered before the caller's stream goes on), else a method of the optimizer.
+        self.take = None
+        self.contexts = None  # the general path's compressed gradients and their compression contexts
         self.prepared = None  # the PreparedRequest of the in-place fast path (see _submit_prepared)
         self.placement = None  # what it was prepared for: None (CPU), or the GPU and stream (gpu_path.placement)
         self.sparse = set()  # parameters whose sparse gradient is reduced dense (sparse_as_dense)
-
-
-_PREPARED = object()  # bucket.contexts of a bucket submitted through its PreparedRequest (handle: the core's)
-_PREPARED_GPU = object()  # the same for a GPU gradient: synchronize orders the current stream after it
 
 
 class _DistributedOptimizer:
@@ -185,18 +185,19 @@ class _DistributedOptimizer:
                 bucket.sparse.add(p)
                 p.grad = p.grad.to_dense()
         if any(p.grad.is_sparse for p in bucket.params):
-            bucket.handle = self._submit_sparse(bucket, prescale)
-            bucket.contexts = None
+            bucket.work = self._submit_sparse(bucket, prescale)
+            bucket.take = self._take_sparse
             return
         compressed, contexts = zip(*[self._compression.compress(p.grad) for p in bucket.params])
         if len(compressed) == 1:
-            bucket.handle = aops.allreduce_async_(compressed[0], name=bucket.name, op=self._op,
-                                                  prescale_factor=prescale, postscale_factor=postscale,
-                                                  process_set=self.process_set)
+            handle = aops.allreduce_async_(compressed[0], name=bucket.name, op=self._op, prescale_factor=prescale,
+                                           postscale_factor=postscale, process_set=self.process_set)
         else:
-            bucket.handle = aops.grouped_allreduce_async_(list(compressed), name=bucket.name, op=self._op,
-                                                          prescale_factor=prescale, postscale_factor=postscale,
-                                                          process_set=self.process_set)
+            handle = aops.grouped_allreduce_async_(list(compressed), name=bucket.name, op=self._op,
+                                                   prescale_factor=prescale, postscale_factor=postscale,
+                                                   process_set=self.process_set)
+        bucket.work = HorovodHandleWork(handle)
+        bucket.take = self._take_decompressed
         bucket.contexts = (compressed, contexts)
 
     def _submit_prepared(self, bucket):
@@ -225,13 +226,13 @@ class _DistributedOptimizer:
                 prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set, gpu=placement))
             bucket.placement = placement
         address = staging.address(grad)
-        bucket.handle = bucket.prepared.submit(address, address, grad)  # the core's Handle: no user handle needed
-        bucket.contexts = _PREPARED if placement is None else _PREPARED_GPU
+        bucket.work = bucket.prepared.submit(address, address, grad)  # the core's Handle: no user handle needed
+        bucket.take = None  # reduced in place
         return True
 
     def _submit_sparse(self, bucket, prescale):
         """Sparse gradients: every rank's (indices, values) gathered, as Horovod's sparse allreduce does; the
-        handle is the callable that ``sparse_allreduce_async`` returns."""
+        work is what ``sparse_allreduce_async`` returns."""
         if len(bucket.params) != 1:
             raise ValueError("sparse gradients cannot be grouped; use sparse_as_dense=True")
         if self._op not in (Average, Sum):
@@ -250,20 +251,22 @@ class _DistributedOptimizer:
             self._synchronized = True
             return
         for bucket in self._buckets:
-            if bucket.handle is None:
+            if bucket.work is None:
                 self._submit(bucket)
         error = None
         on_gpu = {}  # device -> its prepared gradients' handles, released once its current stream waits for them
         for bucket in self._buckets:
             try:
-                if bucket.contexts is _PREPARED_GPU:
-                    on_gpu.setdefault(bucket.params[0].grad.device, []).append(bucket.handle)
-                    bucket.handle.wait()  # the NCCL work is enqueued (raises what the core refused)
-                else:
-                    self._finish(bucket)
+                if bucket.take is not None:
+                    bucket.take(bucket)
+                elif bucket.placement is not None:  # reduced in place on a GPU
+                    on_gpu.setdefault(bucket.params[0].grad.device, []).append(bucket.work)
+                    bucket.work.wait()  # the NCCL work is enqueued (raises what the core refused)
+                else:  # reduced in place in host memory
+                    bucket.work.finish()  # waits, then releases even when it raises
             except Exception as e:  # wait for every bucket so nothing stays in flight; raise the first error
                 error = error or e
-            bucket.handle, bucket.contexts = None, None
+            bucket.work, bucket.take, bucket.contexts = None, None, None
             bucket.ready.clear()
         for device, handles in on_gpu.items():
             try:
@@ -279,15 +282,14 @@ class _DistributedOptimizer:
             raise error
         self._synchronized = True
 
-    def _finish(self, bucket):
-        if bucket.contexts is _PREPARED:  # reduced in place into p.grad
-            bucket.handle.finish()  # waits, then releases even when it raises
-            return
-        if bucket.contexts is None:  # sparse: the reduced sparse gradient
-            p = bucket.params[0]
-            p.grad = bucket.handle() * (self._gradient_predivide_factor if self._op == Average else 1.0)
-            return
-        _synchronize_handle(bucket.handle)
+    def _take_sparse(self, bucket):
+        """The reduced sparse gradient replaces the bucket's."""
+        p = bucket.params[0]
+        p.grad = bucket.work() * (self._gradient_predivide_factor if self._op == Average else 1.0)
+
+    def _take_decompressed(self, bucket):
+        """The reduced (compressed) gradients, decompressed, back into the parameters' gradients."""
+        bucket.work.finish()
         compressed, contexts = bucket.contexts
         for p, reduced, ctx in zip(bucket.params, compressed, contexts):
             grad = self._compression.decompress(reduced, ctx)
@@ -298,7 +300,7 @@ class _DistributedOptimizer:
 
     def _in_flight(self):
         """How many gradient all-reduces were started and not yet synchronized (for tests)."""
-        return sum(bucket.handle is not None for bucket in self._buckets)
+        return sum(bucket.work is not None for bucket in self._buckets)
 
     @contextmanager
     def skip_synchronize(self):
@@ -344,7 +346,7 @@ class _DistributedOptimizer:
         return loss
 
     def zero_grad(self, set_to_none=True):
-        if any(b.handle is not None or b.ready for b in self._buckets) or any(
+        if any(b.work is not None or b.ready for b in self._buckets) or any(
                 d != self.backward_passes_per_step for d in self._delay.values()):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "

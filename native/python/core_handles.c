@@ -172,6 +172,19 @@ static PyObject *handle_get_id(CoreHandle *self, void *closure) {
   return PyLong_FromLongLong(self->id);
 }
 
+/* The error the request failed with, as an HvdliteError object (not raised), or None: done well, or not done. */
+static PyObject *handle_exception(CoreHandle *self, PyObject *unused) {
+  if (self->id == RELEASED) return raise_released(self);
+  if (hvdlite_poll(self->id) != 1 || hvdlite_wait(self->id) != 1) Py_RETURN_NONE;  /* done: wait does not block */
+  raise_handle_error(self->id, self->name);
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  return value;
+}
+
 /* The rarer reads of a finished handle (core-allocated outputs, a process set's id). */
 static PyObject *handle_result(CoreHandle *self, PyObject *unused) {
   if (self->id == RELEASED) return raise_released(self);
@@ -247,6 +260,8 @@ static PyMethodDef handle_methods[] = {
     {"wait", (PyCFunction)handle_wait, METH_NOARGS,
      "Blocks (without the GIL) until done; raises HvdliteError with the core's message on failure."},
     {"raise_error", (PyCFunction)handle_raise_error, METH_NOARGS, "Raises the request's HvdliteError."},
+    {"exception", (PyCFunction)handle_exception, METH_NOARGS,
+     "The HvdliteError the request failed with (not raised), or None: done well, or not done yet."},
     {"release", (PyCFunction)handle_release, METH_NOARGS,
      "Gives the handle back to the core and drops the memory it kept alive (again: nothing)."},
     {"finish", (PyCFunction)handle_finish, METH_NOARGS,

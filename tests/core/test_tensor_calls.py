@@ -17,7 +17,8 @@ import pytest
 
 import hvdlite as hvd
 from hvdlite import _tensor_calls
-from hvdlite.requests import Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, submit_and_wait, wait_all
+from hvdlite.requests import (Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, submit_and_wait,
+                              wait_all)
 from harness.checks import assert_raises
 from harness.reference import check_close, rank_input, reduce_reference
 

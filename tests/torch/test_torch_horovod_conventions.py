@@ -135,6 +135,18 @@ def test_sparse_allreduce_async_matches_a_dense_allreduce(checks):
             checks.close(f"sparse allreduce {op} {i}", got.to_dense(), hvd.allreduce(t, op=op), 1e-6, 1e-6)
 
 
+def test_sparse_allreduce_async_returns_a_work_that_is_also_callable(checks):
+    """The callable is a Work (hvdlite/work.py) as well: waited, read and released by the protocol's calls."""
+    t = torch.zeros(6, 3)
+    t[hvd.rank(), 1] = 1.0 + hvd.rank()
+    work = hvd.sparse_allreduce_async(t.to_sparse(), op=hvd.Sum, name="sparse.work")
+    work.wait()
+    checks.true("done after wait", work.poll())
+    checks.true("no exception", work.exception() is None)
+    checks.close("its result", work.result().to_dense(), hvd.allreduce(t, op=hvd.Sum), 0, 0)
+    work.release()
+
+
 def test_broadcast_optimizer_state_with_a_parameter_that_takes_no_gradient(checks):
     class IndexedScale(nn.Module):
         def __init__(self):

@@ -350,13 +350,13 @@ def test_gradient_allreduce_overlaps_backward(checks):
         @staticmethod
         def backward(ctx, grad):
             bucket = opt._bucket_of[model[4].weight]
-            record["last_submitted"] = bucket.handle is not None
-            record["first_submitted"] = opt._bucket_of[model[0].weight].handle is not None
+            record["last_submitted"] = bucket.work is not None
+            record["first_submitted"] = opt._bucket_of[model[0].weight].work is not None
             deadline = time.time() + 20
-            # A plain dense gradient takes the in-place fast path: bucket.handle is the core's Handle.
-            while bucket.handle is not None and not bucket.handle.poll() and time.time() < deadline:
+            # A plain dense gradient takes the in-place fast path: bucket.work is the core's Handle.
+            while bucket.work is not None and not bucket.work.poll() and time.time() < deadline:
                 time.sleep(0.001)
-            record["last_done_during_backward"] = bucket.handle is not None and bucket.handle.poll()
+            record["last_done_during_backward"] = bucket.work is not None and bucket.work.poll()
             record["t_done"] = time.time()
             time.sleep(0.05)
             return grad
