@@ -11,11 +11,12 @@ from .commit_removal import remove_commits
 from .elastic import Supervisor
 from .horovodrun_flags import tcp_variables
 from .hosts import rank_placement
-from .job import new_job_id, report_addresses, run_job
+from .job import new_job_id, run_job
 from .protocol import (COMMITTED, JOB_MARKER, JOB_VARIABLE, LAUNCHER_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE,
                        SECRET_VARIABLE)
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
+from .report_port import report_addresses
 
 # Not passed to Open MPI ranks on other hosts: shell functions and the previous directory (as horovodrun leaves
 # them), and Open MPI's own variables, which it passes along itself.

@@ -21,9 +21,10 @@ import time
 from .commit_removal import remove_commits
 from .protocol import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
-from .job import STOP_SIGNALS, new_job_id, report_addresses, run_job
+from .job import STOP_SIGNALS, new_job_id, run_job
 from .protocol import COMMITTED
 from .reachability import host_problems
+from .report_port import report_addresses
 
 DISCOVERY_INTERVAL_SECONDS = 1.0
 

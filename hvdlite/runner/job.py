@@ -1,30 +1,25 @@
 """Runs the mpiexec command: forwards SIGINT/SIGTERM to it, passes its exit code on, and leaves no process behind;
-hears what the ranks report to the launcher.
+hears what the ranks report to the launcher (report_port.py).
 
 hydra starts its proxies and the ranks each in a session of their own, so killing mpiexec's process group does
 not reach them. Every process of the job instead carries JOB_MARKER=<id> in its environment (set on mpiexec,
 inherited by proxies and ranks), and after mpiexec ends any local process still carrying it is killed.
 """
 import ctypes
-import fcntl
-import hmac
 import os
 import secrets
-import selectors
 import signal
 import socket
 import subprocess
 import sys
-import struct
 import threading
 import time
 import uuid
 from typing import NamedTuple
 
 from . import start_watch
-from .protocol import (COMMITTED, JOB_MARKER, LAUNCHER_VARIABLE, PEER_UNREACHABLE, SECRET_VARIABLE, STARTED,
-                       STARTING, report_line)
-from .reachability import is_this_host, this_host_names
+from .protocol import COMMITTED, JOB_MARKER, LAUNCHER_VARIABLE, PEER_UNREACHABLE, SECRET_VARIABLE
+from .report_port import LOOPBACK, listen_for_ranks
 
 KILL_GRACE_SECONDS = 10.0  # after a forwarded signal, how long mpiexec may take to bring the ranks down
 OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass on the rank's last words
@@ -34,11 +29,6 @@ OUTPUT_GRACE_SECONDS = 2.0  # after a rank's SIGUSR1: time for mpiexec to pass o
 UNREACHABLE_SIGNAL = signal.SIGUSR1
 REPORTS = (PEER_UNREACHABLE, COMMITTED)  # the reports an Outcome collects
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the launcher is told to stop: forwarded to the job
-# The report port (listen_for_ranks): the first word of each report it acts on, and what it sends itself at the end.
-KNOWN_REPORTS = {PEER_UNREACHABLE.split(" ")[0], COMMITTED, STARTING, STARTED}
-_END_OF_REPORTS = "end"
-LOOPBACK = "127.0.0.1"
-REPORT_SECONDS = 2.0  # what a connection may take to send its report
 
 
 class Outcome(NamedTuple):
@@ -54,107 +44,6 @@ def launcher_identity(port):
     with open("/proc/self/stat", "rb") as stream:
         start_time = stream.read().rsplit(b")", 1)[1].split()[19].decode()
     return f"{socket.gethostname()}:{os.getpid()}:{start_time}:{port}"
-
-
-def listen_for_ranks(on_report, secret, addresses=(LOOPBACK,), log=None):
-    """A TCP port on which ranks report (protocol.py, a line each, ``secret`` first); calls on_report(line) for
-    each, and logs and ignores what comes without the secret. Listens on ``addresses`` (the first may be "": every
-    address), all on one port. Returns (port, close): close() returns once every report that reached the port
-    before it was called has been handled (a rank may report just before it exits, as the job ends)."""
-    servers = [socket.create_server((addresses[0], 0))]
-    port = servers[0].getsockname()[1]
-    try:
-        servers += [socket.create_server((address, port)) for address in addresses[1:]]
-    except OSError:
-        for server in servers:
-            server.close()
-        raise
-    selector = selectors.DefaultSelector()
-    for server in servers:
-        selector.register(server, selectors.EVENT_READ)
-
-    def serve():
-        while True:
-            for key, _ in selector.select():
-                try:
-                    connection, (peer, *_) = key.fileobj.accept()
-                except OSError:
-                    continue
-                with connection:
-                    connection.settimeout(REPORT_SECONDS)
-                    report = _read_report(connection, secret)
-                if report is None:
-                    if log:
-                        log(f"ignored a connection to the report port from {peer}: it did not give the job's secret")
-                elif report == _END_OF_REPORTS:
-                    return
-                elif report.split(" ")[0] in KNOWN_REPORTS:
-                    on_report(report)
-                elif log:
-                    log(f"ignored an unknown report from {peer}: {report[:40]!r}")
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-
-    def close():
-        # Connections are accepted in the order they came: the last one, this, comes after every report sent.
-        try:
-            with socket.create_connection((LOOPBACK, port), timeout=2.0) as connection:
-                connection.sendall(report_line(secret, _END_OF_REPORTS))
-            thread.join(timeout=10.0)
-        except OSError:
-            pass
-        selector.close()
-        for server in servers:
-            server.close()
-    return port, close
-
-
-def _read_report(connection, secret):
-    """The report a connection sends, or None when it does not start with the secret (compared in constant time,
-    before anything else is read)."""
-    expected = f"{secret} ".encode()
-    said = b""
-    try:
-        while len(said) < len(expected):
-            chunk = connection.recv(len(expected) - len(said))
-            if not chunk:
-                break
-            said += chunk
-        if not hmac.compare_digest(said, expected):
-            return None
-        line = b""
-        while b"\n" not in line and len(line) < 64:
-            chunk = connection.recv(64 - len(line))
-            if not chunk:
-                break
-            line += chunk
-    except OSError:
-        return None
-    return line.split(b"\n")[0].decode(errors="replace")
-
-
-def report_addresses(host_names, interfaces=()):
-    """Where the report port listens for a job on ``host_names`` (none: this host): the loopback address (ranks on
-    this host), and for a job with ranks on other hosts, the addresses of the network interfaces the job was given,
-    or every address where none was (by which of this host's addresses other hosts reach its name cannot be known
-    from here)."""
-    local = this_host_names()
-    if all(is_this_host(name, local) for name in host_names or ()):
-        return (LOOPBACK,)
-    given = [interface_address(name) for name in interfaces]
-    if not given or None in given:  # none named, or named for the other hosts only (a login node's differ)
-        return ("",)
-    return (LOOPBACK, *dict.fromkeys(given))
-
-
-def interface_address(name):
-    """The IPv4 address of a network interface of this host (SIOCGIFADDR), None where it has none."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            answer = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
-        except OSError:
-            return None
-    return socket.inet_ntoa(answer[20:24])
 
 
 def new_job_id():

@@ -11,6 +11,7 @@ the secret: nothing but the job's own ranks can end it or change what it does.
 """
 import os
 import socket
+import sys
 
 from ..logging import launcher_rank
 
@@ -59,7 +60,6 @@ def tell_launcher(report, environ=os.environ, timeout=2.0):
 def report_mpi_start(word, environ=os.environ):
     """Tells the launcher this rank is STARTING or has STARTED MPI, where a launcher started it and MPI is not
     running in this process already (started by the program itself, the start watch does not apply)."""
-    import sys
     rank = launcher_rank(environ)
     if rank is not None and (word == STARTED or "mpi4py.MPI" not in sys.modules):
         tell_launcher(f"{word} {rank}", environ)

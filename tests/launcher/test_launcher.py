@@ -480,7 +480,7 @@ def test_every_report_sent_before_the_job_ends_is_heard():
     """Ranks report to the launcher over TCP, the last ones maybe just before they exit: when the launcher stops
     listening (the job has ended), every report that reached its port has been handed over, in order. 41 ranks'
     reports arrive at once, and it stops listening right after."""
-    from hvdlite.runner.job import listen_for_ranks
+    from hvdlite.runner.report_port import listen_for_ranks
     from hvdlite.runner.protocol import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE, tell_launcher
     heard = []
     port, close = listen_for_ranks(heard.append, "s3cret")

@@ -1,4 +1,4 @@
-"""hvdliterun's report port (hvdlite/runner/job.py listen_for_ranks): the ranks tell the launcher that a peer is
+"""hvdliterun's report port (hvdlite/runner/report_port.py): the ranks tell the launcher that a peer is
 unreachable, that they committed, that they start MPI; anything else that connects, without the secret the launcher
 hands its ranks, can neither end nor alter the job, and is logged. A one-host job listens on the loopback address
 only. (From another simulated host: hosts/test_multihost.py.)"""
@@ -10,7 +10,7 @@ import time
 
 from harness.forged_reports import FORGED, WAITING_JOB, forge, launcher_port
 from harness.processes import QUIET_THREADS, read_until, venv_tool, with_hvdlite_importable
-from hvdlite.runner.job import listen_for_ranks
+from hvdlite.runner.report_port import listen_for_ranks
 from hvdlite.runner.protocol import COMMITTED, LAUNCHER_VARIABLE, SECRET_VARIABLE, tell_launcher
 
 SECRET = "5ec2e7" * 5 + "00"
