@@ -30,13 +30,7 @@ std::string CollectiveExecutor::Execute(const ProcessSet &set, const FusedBatch 
   if (!executor) return "internal error: unexpected collective in a batch";
   const auto start = Clock::now();
   std::string error = executor->Run(set, batch, locals);
-  const char *phase = executor->TimelinePhase(spec.collective);
-  if (phase && timeline_.active()) {
-    const auto end = Clock::now();
-    for (const Entry *e : locals) {
-      if (e) timeline_.Record(e->request.name, phase, start, end);
-    }
-  }
+  if (const char *phase = executor->TimelinePhase(spec.collective)) RecordPhase(timeline_, locals, phase, start);
   return error;
 }
 

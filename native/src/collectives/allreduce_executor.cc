@@ -34,14 +34,6 @@ AllreduceAlgorithm &AllreduceExecutor::Choose(int64_t bytes, bool global_set) {
   }
 }
 
-void AllreduceExecutor::Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start) {
-  if (!timeline_.active()) return;
-  auto end = Clock::now();
-  for (const Entry *e : locals) {
-    if (e) timeline_.Record(e->request.name, phase, start, end);
-  }
-}
-
 std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) {
   const CommContext ctx = ContextOf(set);
   const bool global_set = set.id == 0;
@@ -69,7 +61,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
       start = Clock::now();
       error = algorithm.Run(ctx, e.output, total, spec.dtype, spec.op);
     }
-    Record(locals, algorithm.timeline_phase(), start);
+    RecordPhase(timeline_, locals, algorithm.timeline_phase(), start);
     if (!error.empty()) return failed(error);
     FinishReduction(e.output, e.output, total, spec.dtype, spec.op, spec.postscale, ctx.size);
     return "";
@@ -86,7 +78,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
     }
     auto start = Clock::now();
     std::string error = algorithm.RunPieces(ctx, pieces_, total, spec.dtype, spec.op);
-    Record(locals, algorithm.timeline_phase(), start);
+    RecordPhase(timeline_, locals, algorithm.timeline_phase(), start);
     if (!error.empty()) return failed(error);
     for (const BufferPiece &piece : pieces_) {
       FinishReduction(piece.output, piece.output, piece.bytes / static_cast<int64_t>(element), spec.dtype, spec.op,
@@ -105,7 +97,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
     else std::memset(buffer + offset, 0, count * element);  // joined rank: contributes zeros
     offset += count * static_cast<int64_t>(element);
   }
-  Record(locals, "MEMCPY_IN_FUSION_BUFFER", start);
+  RecordPhase(timeline_, locals, "MEMCPY_IN_FUSION_BUFFER", start);
 
   start = Clock::now();
   std::string error;
@@ -116,7 +108,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
   } else {
     error = algorithm.Run(ctx, buffer, total, spec.dtype, spec.op);
   }
-  Record(locals, adasum ? "ADASUM_ALLREDUCE" : algorithm.timeline_phase(), start);
+  RecordPhase(timeline_, locals, adasum ? "ADASUM_ALLREDUCE" : algorithm.timeline_phase(), start);
   if (!error.empty()) return failed(error);
 
   start = Clock::now();
@@ -128,7 +120,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
     }
     offset += count * static_cast<int64_t>(element);
   }
-  Record(locals, "MEMCPY_OUT_FUSION_BUFFER", start);
+  RecordPhase(timeline_, locals, "MEMCPY_OUT_FUSION_BUFFER", start);
   return "";
 }
 

@@ -45,8 +45,6 @@ class AllreduceExecutor : public BatchExecutor {
   AllreduceAlgorithm &Choose(int64_t bytes, bool global_set);
 
  private:
-  void Record(const std::vector<Entry *> &locals, const char *phase, Clock::time_point start);
-
   AlgorithmSettings settings_;
   HostLayout layout_;
   Timeline &timeline_;

@@ -10,6 +10,7 @@
 #include "entry.h"
 #include "messages.h"
 #include "process_set.h"
+#include "timeline.h"
 
 namespace hvdlite {
 
@@ -23,6 +24,16 @@ class BatchExecutor {
 };
 
 inline CommContext ContextOf(const ProcessSet &set) { return CommContext{set.comm, set.rank, set.size}; }
+
+// Records phase, from start to now, for every entry this rank holds (null: joined), where the timeline is on.
+inline void RecordPhase(Timeline &timeline, const std::vector<Entry *> &locals, const char *phase,
+                        Clock::time_point start) {
+  if (!timeline.active()) return;
+  const auto end = Clock::now();
+  for (const Entry *e : locals) {
+    if (e) timeline.Record(e->request.name, phase, start, end);
+  }
+}
 
 // MPI's counts and displacements are ints.
 inline bool FitsInt(int64_t value) { return value <= INT_MAX; }
