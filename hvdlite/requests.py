@@ -15,6 +15,7 @@ from . import _native, _tensor_calls  # _native first: it loads the core that _t
 from ._native import error_buffer, error_text, ffi, lib
 from .errors import HvdliteError
 from .process_sets import ProcessSet, global_process_set
+from .work import Work
 
 
 class Collective:
@@ -298,7 +299,7 @@ class PreparedRequest(_tensor_calls.PreparedRequestBase):
         _unprepare((getattr(self, "_token", 0),))
 
 
-class GroupHandle:
+class GroupHandle(Work):
     """The handles of a group submitted in one call, kept as the C array the core filled: waiting and
     releasing are one C call each, with no Python object per member. A Work (hvdlite/work.py)."""
 
@@ -335,12 +336,6 @@ class GroupHandle:
         if self._keepalive is not None:
             lib.hvdlite_release_all(self._ids, self._count)
             self._keepalive = None
-
-    def finish(self):
-        try:
-            self.wait()
-        finally:
-            self.release()
 
     def __del__(self):
         if getattr(self, "_keepalive", None) is not None and lib.hvdlite_all_done(self._ids, self._count):

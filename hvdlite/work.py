@@ -12,10 +12,22 @@ calls:
 Horovod's int handles (``hvdlite.allreduce_async``, ``hvdlite.torch``'s) are numbers for Works in one table
 (native/python/int_handles.c): ``synchronize(handle)`` waits for the Work, takes its result and releases it.
 """
-from .requests import release_all, wait_all
+from . import _native, _tensor_calls  # _native first: it loads the core that _tensor_calls links against
 
 
-class CompositeWork:
+class Work:
+    """What every Work written in Python shares (the core's Handle is its own, in C)."""
+
+    __slots__ = ()
+
+    def finish(self):
+        try:
+            self.wait()
+        finally:
+            self.release()
+
+
+class CompositeWork(Work):
     """An operation made of several core handles (a grouped collective, a tensor staged through host memory): done
     when all are, its result ``build(handles)``, made once every handle is done and before any is released, so that
     the core never writes into memory that has been given back."""
@@ -27,7 +39,7 @@ class CompositeWork:
         self.build = build
 
     def wait(self):
-        wait_all(self.handles)
+        _tensor_calls.wait_all(self.handles)
 
     def poll(self):
         return all(h.poll() for h in self.handles)
@@ -43,10 +55,4 @@ class CompositeWork:
         return None
 
     def release(self):
-        release_all(self.handles)
-
-    def finish(self):
-        try:
-            self.wait()
-        finally:
-            self.release()
+        _tensor_calls.release_all(self.handles)

@@ -11,7 +11,7 @@ import numpy as np
 
 from hvdlite import _tensor_calls
 from hvdlite.errors import HorovodInternalError
-from hvdlite.work import CompositeWork
+from hvdlite.work import CompositeWork, Work
 
 from . import staging
 
@@ -30,7 +30,7 @@ class CallableWork(CompositeWork):
             self.release()
 
 
-class HorovodHandleWork:
+class HorovodHandleWork(Work):
     """A Work (hvdlite/work.py) over one of Horovod's int handles, what this adapter's async collectives return:
     an int handle is given back by synchronize only, which waits; the result (or the error) is kept."""
 
@@ -65,9 +65,6 @@ class HorovodHandleWork:
                 self.wait()
             except HorovodInternalError:
                 pass  # kept: exception() tells it
-
-    def finish(self):
-        self.wait()
 
 
 def register(core_handles, build):
