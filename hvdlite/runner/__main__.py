@@ -60,6 +60,13 @@ def describe_hosts(hosts, args, out, flavour):
 
 def main(argv=None):
     args = parse_args(argv)
+    code = launch(args)
+    if args.output_filename and not args.dry_run:
+        rank_output.wait_for_copiers(args.output_filename)  # the files complete once hvdliterun returns
+    return code
+
+
+def launch(args):
     if args.check_build:
         from .check_build import report
         print(report(), flush=True)

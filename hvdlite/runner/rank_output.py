@@ -6,13 +6,18 @@ The launcher runs each rank's command as `python -m hvdlite.runner.rank_output D
 two pipes, leaves a copier process behind that writes what comes through them to the files and to where the
 output went before, and then becomes the rank's program (exec): the program keeps the process MPI started, so
 signals, the exit code and MPI's view of the rank are unchanged. The copier ends when the pipes close, that is when
-the program and whatever it started have ended; it ignores the signals that stop a job, so that a rank's last
-words (a traceback on SIGTERM) still reach the files.
+the program and whatever it started have ended. A rank's last words (a traceback) must still reach the files when
+the job is being stopped: the copier ignores the signals that stop a job, and lives in a session of its own, out of
+reach of MPI's kill of the rank's process group (SIGKILL, once another rank has failed). While it runs it holds a
+shared lock on DIR, so that hvdliterun returns only once the copiers on its host have written everything
+(wait_for_copiers).
 """
+import fcntl
 import os
 import selectors
 import signal
 import sys
+import threading
 
 from ..logging import launcher_rank, launcher_size
 from .protocol import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
@@ -62,6 +67,20 @@ def _copy(sources):
                     console_open[console_fd] = False
 
 
+def wait_for_copiers(directory, timeout=30.0):
+    """Returns once no copier on this host holds its lock on directory (every rank's output is in its files), or
+    after timeout seconds."""
+    try:
+        fd = os.open(os.path.abspath(directory), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no rank made it (or another host's folder)
+        return
+    locked = threading.Thread(target=fcntl.flock, args=(fd, fcntl.LOCK_EX), daemon=True)
+    locked.start()
+    locked.join(timeout)
+    if not locked.is_alive():
+        os.close(fd)  # else it goes with the process: the blocked flock still uses it
+
+
 def _close_all_but(keep):
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
@@ -90,6 +109,9 @@ def main(argv=None):
         mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if os.environ.get(RESTART_VARIABLE, "0") != "0"
                                            else os.O_TRUNC)
         files = [os.open(os.path.join(folder, name), mode, 0o644) for name in ("stdout", "stderr")]
+        # Shared by the copier (the fork keeps it); this process's descriptor goes at exec.
+        lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(lock, fcntl.LOCK_SH)
     except (OSError, RuntimeError, ValueError) as error:
         print(f"hvdliterun --output-filename: {error}", file=sys.stderr, flush=True)
         return 1
@@ -102,9 +124,10 @@ def main(argv=None):
     if first == 0:
         if os.fork() == 0:
             try:
-                # Only what it copies from and to: a descriptor MPI handed the rank (hydra's PMI socket) stays
-                # the program's alone.
-                _close_all_but({1, 2, pipes[0][0], pipes[1][0], *files})
+                os.setsid()
+                # Only what it copies from and to, and its lock: a descriptor MPI handed the rank (hydra's PMI
+                # socket) stays the program's alone.
+                _close_all_but({1, 2, pipes[0][0], pipes[1][0], *files, lock})
                 _copy({pipes[0][0]: (files[0], 1), pipes[1][0]: (files[1], 2)})
             finally:
                 os._exit(0)
