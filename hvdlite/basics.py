@@ -1,7 +1,7 @@
 """Lifecycle and topology: init, shutdown, rank and size queries, timeline control."""
 import atexit
 
-from . import build_info, config, mpi_leftovers
+from . import _tensor_calls, build_info, config, mpi_leftovers
 from ._native import MPI, error_buffer, error_text, ffi, lib
 from .logging import get_logger
 from .logging import set_rank as _set_log_rank
@@ -66,9 +66,9 @@ def is_initialized():
     return bool(lib.hvdlite_is_initialized())
 
 
-def _require_init():
-    if not lib.hvdlite_is_initialized():
-        raise ValueError("hvdlite has not been initialized; use hvd.init().")
+# _require_init(): raises ValueError unless hvdlite has been initialized (the extension's check, which hvd.allreduce
+# makes in C too: one message).
+_require_init = _tensor_calls.require_init
 
 
 def _query(function):

@@ -4,49 +4,38 @@ Async variants return an integer handle; ``synchronize(handle)`` returns the res
 frees the handle; ``poll(handle)`` tells whether it finished.
 """
 import pickle
-import warnings
 
-import ml_dtypes
 import numpy as np
 
 from . import _tensor_calls
 from .basics import _require_init, rank
 from .process_sets import global_process_set
-from .requests import (Collective, PreparedGroup, PreparedRequest, ReduceOp, Request, address, auto_name, dtype_name,
-                       remember, submit, submit_and_wait)
+from .requests import Collective, PreparedGroup, ReduceOp, Request, address, auto_name, dtype_name, submit, submit_and_wait
 
 Average, Sum, Adasum, Min, Max, Product = (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM, ReduceOp.MIN, ReduceOp.MAX,
                                            ReduceOp.PRODUCT)
-_REDUCE_OPS = frozenset((Average, Sum, Adasum, Min, Max, Product))
 
 # How many int handles are not synchronized yet. They live in a C table (native/python/int_handles.c), filled by
 # _track and by the all-reduces in C.
 pending_handles = _tensor_calls.pending_handles
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's rule: ``op`` wins; the deprecated ``average`` maps True/False to Average/Sum; default Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average
+def resolve_op(op, average):
+    """Horovod's rule: ``op`` wins (ValueError for an op the core does not have); the deprecated ``average`` maps
+    True/False to Average/Sum (with a DeprecationWarning at the caller's caller); neither: Average. ValueError when
+    both are given. In C (native/python/array_collectives.c), as hvd.allreduce applies it."""
+    return _tensor_calls.resolve_op(op, average, 3)
+
+
+# Horovod's public name for the same rule.
+handle_average_backwards_compatibility = resolve_op
 
 
 def check_op(op):
-    if op not in _REDUCE_OPS:
-        raise ValueError(f"unknown reduce op {op!r}")
-    return op
-
-
-def resolve_op(op, average):
-    if average is None and op in _REDUCE_OPS:  # the common case, first: this runs once per tensor
-        return op
-    return check_op(handle_average_backwards_compatibility(op, average))
+    """op itself when it is one of the core's reduce ops, else ValueError."""
+    if op is None:
+        raise ValueError("unknown reduce op None")
+    return _tensor_calls.resolve_op(op, None)
 
 
 def reducescatter_rows(dim0, set_size, set_rank):
@@ -97,35 +86,14 @@ def _core_output(handle, dtype):
 
 # Named all-reduces repeat step after step with the same dtype and shape: their C requests are filled once, kept
 # by name as a NamedAllreduce (native/python/named_allreduce.c: a copy of the C request, the PreparedRequest, its
-# last outputs), and resubmitted from C with each call's arrays (native/python/array_collectives.c), which
-# recycles an output once nobody holds it.
-# Bounded (emptied when full, see requests.cached): each also holds the core's entry for its name, so the bound
-# is the core's default response cache capacity, beyond which names are negotiated the slow way anyway.
-_PREPARED_REQUESTS = {}
-_PREPARED_REQUESTS_LIMIT = 1024
-
-
-def _prepare_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set):
-    """(PreparedRequest, contiguous array, its entry in _PREPARED_REQUESTS or None) for an all-reduce the C path
-    has no matching request for (which has checked that hvdlite runs); a named one is kept for the next calls.
-    Raises for what it cannot be."""
-    array = _contiguous(tensor)
-    prepared = PreparedRequest(Request(Collective.ALLREDUCE, name or auto_name("allreduce", process_set),
-                                       dtype_name(array.dtype), array.shape, op=op, prescale_factor=prescale_factor,
-                                       postscale_factor=postscale_factor, process_set=process_set))
-    entry = None
-    if name:  # replaces a request of another dtype or shape
-        entry = remember(_PREPARED_REQUESTS, name, _tensor_calls.NamedAllreduce(prepared), _PREPARED_REQUESTS_LIMIT)
-    return prepared, array, entry
-
-
-_tensor_calls.configure_arrays(_prepare_allreduce, _PREPARED_REQUESTS, _require_init, ml_dtypes.bfloat16,
-                               resolve_op, _REDUCE_OPS, Average)
+# last outputs) in this dict, owned and bounded by the extension, and resubmitted from C with each call's arrays
+# (native/python/array_collectives.c), which recycles an output once nobody holds it.
+_PREPARED_REQUESTS = _tensor_calls.named_allreduces
 
 # allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
 #                 process_set=None), and allreduce with the same arguments, are C functions with Horovod's
-# signature (process_set None is Horovod's default, global_process_set): they bind the arguments and resolve
-# the op (with resolve_op for anything but a plain op) without a Python frame per tensor.
+# signature (process_set None is Horovod's default, global_process_set): they bind the arguments, resolve the op,
+# and check and prepare what is new, without a Python frame per tensor.
 allreduce_async = _tensor_calls.allreduce_async
 allreduce = _tensor_calls.allreduce
 
@@ -135,6 +103,15 @@ allreduce = _tensor_calls.allreduce
 # arrays still match them.
 _PREPARED_GROUPS = {}
 _PREPARED_GROUPS_LIMIT = 256
+
+
+def remember(cache, key, value, limit):
+    """Sets cache[key] = value, emptying the cache first when it is full (the keys of a training loop repeat, so it
+    refills with what is in use); returns value."""
+    if len(cache) >= limit and key not in cache:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _prepare_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
@@ -154,11 +131,11 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     tensors = tensors if isinstance(tensors, (list, tuple)) else list(tensors)  # read twice below at most
     arguments = (op, prescale_factor, postscale_factor, process_set)
     prepared = _PREPARED_GROUPS.get(name) if name else None
-    outputs = None if prepared is None else prepared.point_arrays(tensors, *arguments)
+    outputs = None if prepared is None else _tensor_calls.point_arrays(prepared, tensors, *arguments)
     if outputs is None:  # a new group, other shapes or dtypes, or arrays that are not contiguous NumPy arrays
         tensors = [_contiguous(t) for t in tensors]
         prepared = _prepare_group(name, tensors, *arguments)
-        outputs = prepared.point_arrays(tensors, *arguments)
+        outputs = _tensor_calls.point_arrays(prepared, tensors, *arguments)
         if outputs is None:
             raise TypeError(f"grouped all-reduce '{name}': the arrays do not match the requests made of them")
     # One int handle for the group, as in Horovod: synchronize returns the list.

@@ -1,5 +1,5 @@
 """Every pending operation is a Work, as in c10d: the core's ``Handle`` (native/python/core_handles.c), a group's
-``GroupHandle`` (requests.py) and what an adapter builds out of several of them (``CompositeWork``) answer the same
+``GroupHandle`` (native/python/prepared_group.c) and what an adapter builds out of several of them (``CompositeWork``) answer the same
 calls:
 
     wait()       blocks until done (without the GIL); raises the error the operation failed with
@@ -16,7 +16,7 @@ from . import _native, _tensor_calls  # _native first: it loads the core that _t
 
 
 class Work:
-    """What every Work written in Python shares (the core's Handle is its own, in C)."""
+    """What every Work written in Python shares (Handle and GroupHandle have their own, in C)."""
 
     __slots__ = ()
 

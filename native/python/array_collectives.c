@@ -1,13 +1,13 @@
 /* hvdlite._tensor_calls, NumPy part: the per-tensor work of hvd.allreduce_async / allreduce and of
  * grouped_allreduce_async on NumPy arrays, in C (synchronize and poll: int_handles.c).
  *
- * hvdlite/ops.py keeps one prepared request (filled once, see hvdlite/requests.py) per tensor name, as a
- * NamedAllreduce (named_allreduce.c). When an
- * array matches its name's request (same dtype, shape, op, scale factors, process set; C-contiguous, native
- * byte order), the call is a dictionary lookup, an output array (recycled, see recycled_output) and one
- * enqueue: no Python runs. Anything else (a new name, another shape, no name, a list, a 0-d or strided array)
- * goes to ops.py's prepare function, which checks the arguments, raises what is wrong, and caches the new
- * request.
+ * Each all-reduce name keeps one prepared request (filled once, see prepared_request.c) as a NamedAllreduce
+ * (named_allreduce.c) in named_allreduces. When an array matches its name's request (same dtype, shape, op, scale
+ * factors, process set; C-contiguous, native byte order), the call is a dictionary lookup, an output array
+ * (recycled, see recycled_output) and one enqueue. Anything else (a new name, another shape, no name, a list, a 0-d
+ * or strided array) is made contiguous, checked and prepared here too (prepare_allreduce), raising what is wrong.
+ * Horovod's argument rules (resolve_op) and the "not initialized" error (require_init) live here as well, and
+ * hvdlite/ops.py and basics.py use these: no Python runs per tensor, and nothing is lent to C from Python.
  *
  * An all-reduce's int handle (int_handles.c) files the core's Handle and the output array that synchronize
  * returns.
@@ -22,16 +22,48 @@
 #define NPY_TARGET_VERSION NPY_1_22_API_VERSION /* memory handlers (NEP 49) */
 #include <numpy/arrayobject.h>
 
-static PyObject *prepare_allreduce; /* ops._prepare_allreduce(tensor, name, op, pre, post, set)
-                                       -> (prepared, array, its entry in prepared_requests or None) */
-static PyObject *resolve_op;        /* ops.resolve_op(op, average): Horovod's rules, raises for a bad op */
-static uint64_t plain_ops;          /* ops._REDUCE_OPS as bits: the ops resolve_op returns unchanged when average
-                                       is None (a bit test instead of a set lookup per tensor) */
-static PyObject *average_op;        /* ops.Average: the op when neither op nor average is given */
-static PyObject *prepared_requests; /* ops._PREPARED_REQUESTS: name -> its NamedAllreduce (named_allreduce.c) */
-static PyObject *require_init;      /* basics._require_init: raises ValueError when hvdlite is not running */
-static int bfloat16_type = -1;      /* ml_dtypes.bfloat16's NumPy type number */
-static PyObject *name_attribute;
+/* name -> its NamedAllreduce. Bounded (emptied when full): each also holds the core's entry for its name, so the
+ * bound is the core's default response cache capacity, beyond which names are negotiated the slow way anyway. */
+static PyObject *named_allreduces;
+#define NAMED_ALLREDUCES_LIMIT 1024
+/* The reduce ops of enum hvdlite_reduce_op, as bits: an op given as a plain int is checked with a bit test. */
+static const uint64_t plain_ops = 1ULL << HVDLITE_OP_AVERAGE | 1ULL << HVDLITE_OP_SUM | 1ULL << HVDLITE_OP_ADASUM |
+                                  1ULL << HVDLITE_OP_MIN | 1ULL << HVDLITE_OP_MAX | 1ULL << HVDLITE_OP_PRODUCT;
+static PyObject *average_op; /* HVDLITE_OP_AVERAGE as an int: the op when neither op nor average is given */
+static PyObject *allreduce_kind; /* "allreduce": auto_name's kind for unnamed all-reduces */
+static int bfloat16_type = -1; /* ml_dtypes.bfloat16's NumPy type number */
+
+/* Raises hvdlite's "not initialized" ValueError and returns -1 unless the core runs (0). */
+static int require_running(void) {
+  if (hvdlite_is_initialized()) return 0;
+  PyErr_SetString(PyExc_ValueError, "hvdlite has not been initialized; use hvd.init().");
+  return -1;
+}
+
+/* Horovod's rule for (op, average): op wins, and is checked; the deprecated average maps True/False to
+ * Average/Sum (with a DeprecationWarning stacklevel frames up); neither: Average. The op (new reference), or NULL
+ * with ValueError for both given or an op the core does not have. */
+static PyObject *resolve(PyObject *op, PyObject *average, int stacklevel) {
+  if (op != Py_None) {
+    if (average != Py_None) {
+      PyErr_SetString(PyExc_ValueError, "The op parameter supersedes average. Please provide only one of them.");
+      return NULL;
+    }
+    PyObject *index = PyNumber_Index(op);
+    const long value = index != NULL ? PyLong_AsLong(index) : -1;
+    Py_XDECREF(index);
+    PyErr_Clear();
+    if (value >= 0 && value < 64 && (plain_ops >> value & 1)) return PyLong_FromLong(value);
+    return PyErr_Format(PyExc_ValueError, "unknown reduce op %R", op);
+  }
+  if (average == Py_None) return Py_NewRef(average_op);
+  if (PyErr_WarnEx(PyExc_DeprecationWarning, "Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                   stacklevel) != 0) {
+    return NULL;
+  }
+  const int truth = PyObject_IsTrue(average);
+  return truth < 0 ? NULL : PyLong_FromLong(truth ? HVDLITE_OP_AVERAGE : HVDLITE_OP_SUM);
+}
 
 /* What every member of a call must have been prepared with. */
 typedef struct {
@@ -164,7 +196,7 @@ static int is_given_name(PyObject *name) {
  * set only when something failed, not for a mere miss). */
 static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Signature *signature) {
   if (!is_given_name(name)) return NULL;
-  PyObject *found = PyDict_GetItemWithError(prepared_requests, name);
+  PyObject *found = PyDict_GetItemWithError(named_allreduces, name);
   if (found == NULL) return NULL;
   if (!Py_IS_TYPE(found, &NamedAllreduceType)) {
     PyErr_Format(PyExc_TypeError, "the prepared all-reduce of '%U' must be a NamedAllreduce", name);
@@ -174,31 +206,79 @@ static NamedAllreduce *cached_entry(PyObject *tensor, PyObject *name, const Sign
   return matches(tensor, &entry->request, signature) ? (NamedAllreduce *)Py_NewRef(entry) : NULL;
 }
 
-/* 0 once ops.py has called configure_arrays, else -1 with an error set. */
-static int check_configured(void) {
-  if (prepared_requests != NULL) return 0;
-  PyErr_SetString(PyExc_RuntimeError, "hvdlite._tensor_calls: configure_arrays was not called (import hvdlite.ops)");
+/* The array the core reads for tensor: C-contiguous, native byte order, at least one dimension (the tensor itself
+ * where it is one, else a copy); NULL with an error set. */
+static PyObject *contiguous(PyObject *tensor) {
+  PyObject *array = PyArray_FromAny(tensor, NULL, 0, 0, NPY_ARRAY_C_CONTIGUOUS, NULL);
+  if (array != NULL && !PyArray_ISNOTSWAPPED((PyArrayObject *)array)) {  /* the core reads native numbers */
+    PyArray_Descr *native = PyArray_DescrNewByteorder(PyArray_DESCR((PyArrayObject *)array), NPY_NATIVE);
+    Py_SETREF(array, native != NULL ? PyArray_CastToType((PyArrayObject *)array, native, 0) : NULL);
+  }
+  if (array != NULL && PyArray_NDIM((PyArrayObject *)array) == 0) {
+    Py_SETREF(array, PyArray_Ravel((PyArrayObject *)array, NPY_CORDER));
+  }
+  return array;
+}
+
+/* The signature of a call whose arguments (op resolved) cannot all be what a request holds; -1 with the error
+ * naming the tensor. */
+static int checked_signature(PyObject *const *args, PyObject *name, Signature *signature) {
+  signature->process_set_id = process_set_id_of(args[3]);
+  if (signature->process_set_id < 0) {
+    PyErr_Format(PyExc_ValueError, "tensor '%S': this process set has not been added: call hvd.add_process_set() "
+                 "first", name);
+    return -1;
+  }
+  signature->op = (int)PyLong_AsLong(args[0]);
+  signature->prescale_factor = PyFloat_AsDouble(args[1]);
+  signature->postscale_factor = PyFloat_AsDouble(args[2]);
+  if (!PyErr_Occurred()) return 0;
+  PyErr_Clear();
+  PyErr_Format(PyExc_TypeError, "tensor '%S': op must be an int and the scale factors numbers, got %R, %R, %R",
+               name, args[0], args[1], args[2]);
   return -1;
 }
 
-/* What ops._prepare_allreduce makes of a call the C path has no matching request for: the array to read (new
- * reference in *array), and the request to send: its NamedAllreduce's (a new reference in *entry) for a named
- * call, else the PreparedRequest's own (held by *prepared). NULL with an error set when Python raised. */
-static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject **array, NamedAllreduce **entry,
-                                                 PyObject **prepared) {
-  PyObject *made = PyObject_Vectorcall(prepare_allreduce, args, 6, NULL);
-  if (made == NULL) return NULL;
-  PyObject *kept = PyTuple_Check(made) && PyTuple_GET_SIZE(made) == 3 ? PyTuple_GET_ITEM(made, 2) : NULL;
-  if (kept == NULL || !PyArray_Check(PyTuple_GET_ITEM(made, 1)) ||
-      !(kept == Py_None || Py_IS_TYPE(kept, &NamedAllreduceType))) {
-    Py_DECREF(made);
-    PyErr_SetString(PyExc_TypeError, "prepare must return (PreparedRequest, array, NamedAllreduce or None)");
-    return NULL;
+/* For a call with no matching request (args as allreduce_array's): the array to read (new reference in *array) and
+ * a new PreparedRequest for it (*prepared), kept by name as a NamedAllreduce (a new reference in *entry, else NULL)
+ * for a named call. Returns the request to send, or NULL with an error naming the tensor. */
+static const hvdlite_request *prepare_allreduce(PyObject *const *args, PyObject **array, NamedAllreduce **entry,
+                                                PyObject **prepared) {
+  *array = contiguous(args[0]);
+  if (*array == NULL) return NULL;
+  PyArrayObject *contiguous_array = (PyArrayObject *)*array;
+  PyObject *name = is_given_name(args[1]) ? Py_NewRef(args[1]) : auto_name(allreduce_kind, args[5]);
+  if (name == NULL) return NULL;
+  Signature signature;
+  hvdlite_request request = {0};
+  int64_t dims[NPY_MAXDIMS];
+  request.dtype = core_dtype(contiguous_array);
+  if (request.dtype < 0) {
+    PyObject *dtype_name = PyObject_GetAttrString((PyObject *)PyArray_DESCR(contiguous_array), "name");
+    if (dtype_name != NULL) raise_unsupported_dtype(dtype_name, name);
+    Py_XDECREF(dtype_name);
+  } else if (checked_signature(args + 2, name, &signature) == 0) {
+    request.collective = HVDLITE_ALLREDUCE;
+    request.name = "";
+    request.ndim = PyArray_NDIM(contiguous_array);
+    for (int i = 0; i < request.ndim; ++i) dims[i] = PyArray_DIMS(contiguous_array)[i];
+    request.shape = dims;
+    request.reduce_op = signature.op;
+    request.prescale_factor = signature.prescale_factor;
+    request.postscale_factor = signature.postscale_factor;
+    request.process_set_id = signature.process_set_id;
+    *prepared = new_prepared_request(&request, name);
   }
-  *array = Py_NewRef(PyTuple_GET_ITEM(made, 1));
-  *prepared = Py_NewRef(PyTuple_GET_ITEM(made, 0));
-  *entry = kept == Py_None ? NULL : (NamedAllreduce *)Py_NewRef(kept); /* just cached: its output is kept too */
-  Py_DECREF(made);
+  if (*prepared != NULL && is_given_name(args[1])) {  /* replaces a request of another dtype or shape */
+    *entry = (NamedAllreduce *)PyObject_CallOneArg((PyObject *)&NamedAllreduceType, *prepared);
+    if (*entry != NULL && PyDict_GET_SIZE(named_allreduces) >= NAMED_ALLREDUCES_LIMIT &&
+        !PyDict_Contains(named_allreduces, name)) {
+      PyDict_Clear(named_allreduces);
+    }
+    if (*entry != NULL && PyDict_SetItem(named_allreduces, name, (PyObject *)*entry) != 0) Py_CLEAR(*entry);
+  }
+  Py_DECREF(name);
+  if (*prepared == NULL || (is_given_name(args[1]) && *entry == NULL)) return NULL;
   return *entry ? &(*entry)->request : prepared_request_of(*prepared, "allreduce");
 }
 
@@ -207,11 +287,7 @@ static const hvdlite_request *prepared_in_python(PyObject *const *args, PyObject
  * its memory); args are (tensor, name, op, prescale_factor, postscale_factor, process_set), op resolved. wait
  * false: enqueued, returns its int handle (see int_handles.c); true: returns the result. */
 static PyObject *allreduce_array(PyObject *const *args, int wait, PyObject *in_place_result) {
-  if (!hvdlite_is_initialized()) {
-    PyObject *ok = PyObject_CallNoArgs(require_init);  /* raises ValueError */
-    if (ok == NULL) return NULL;
-    Py_DECREF(ok);
-  }
+  if (require_running() != 0) return NULL;
   Signature signature;
   PyObject *prepared = NULL, *array = args[0], *result = NULL;
   NamedAllreduce *entry = signature_of(args + 2, &signature) ? cached_entry(args[0], args[1], &signature) : NULL;
@@ -223,11 +299,11 @@ static PyObject *allreduce_array(PyObject *const *args, int wait, PyObject *in_p
     /* A name not prepared yet (or prepared otherwise), no name, or an array Python must look at. */
     if (PyErr_Occurred()) return NULL;
     array = NULL;
-    request = prepared_in_python(args, &array, &entry, &prepared);
+    request = prepare_allreduce(args, &array, &entry, &prepared);
   }
   PyObject *name = request == NULL          ? NULL
                    : is_given_name(args[1]) ? Py_NewRef(args[1])
-                                            : PyObject_GetAttr(prepared, name_attribute);
+                                            : Py_NewRef(((PreparedRequest *)prepared)->parts.name);
   if (name != NULL && in_place_result != NULL && array != args[0]) {
     /* Python made a contiguous copy: reducing it would leave the caller's memory as it was. */
     PyErr_Format(PyExc_ValueError, "in-place all-reduce of '%S' needs a C-contiguous array of at least one "
@@ -300,13 +376,12 @@ static int bind_allreduce_arguments(const char *function, PyObject *const *args,
 }
 
 /* hvd.allreduce_async (wait 0) and hvd.allreduce (wait 1) themselves, with Horovod's signature (vectorcall: nargs
- * positional, then the values of kwnames): the arguments bound and the op resolved (ops.resolve_op only for what
+ * positional, then the values of kwnames): the arguments bound and the op resolved (resolve only for what
  * is not a plain op), then allreduce_array. No Python frame runs per tensor on the common path. function names the
  * caller in errors; in_place_result, when given, reduces into the tensor argument itself and is what synchronize
  * returns. */
 static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int wait,
                          PyObject *in_place_result) {
-  if (check_configured() != 0) return NULL;
   PyObject *bound[7];
   if (bind_allreduce_arguments(function, args, nargs, kwnames, bound) != 0) return NULL;
   PyObject *average = bound[1] ? bound[1] : Py_None, *op = bound[3] ? bound[3] : Py_None;
@@ -315,15 +390,14 @@ static PyObject *allreduce_call(const char *function, PyObject *const *args, Py_
     op = average_op;
   } else {
     const long value = average == Py_None && PyLong_CheckExact(op) ? PyLong_AsLong(op) : -1;
-    if (value == -1) PyErr_Clear();  /* not a plain int: resolve_op decides, and says what is wrong */
+    if (value == -1) PyErr_Clear();  /* not a plain int: resolve decides, and says what is wrong */
     if (!(value >= 0 && value < 64 && (plain_ops >> value & 1))) {
-      PyObject *pair[2] = {op, average};
-      resolved = PyObject_Vectorcall(resolve_op, pair, 2, NULL);
+      resolved = resolve(op, average, 1);
       if (resolved == NULL) return NULL;
       op = resolved;
     }
   }
-  PyObject *process_set = bound[6] && bound[6] != Py_None ? bound[6] : global_process_set;
+  PyObject *process_set = bound[6] ? bound[6] : Py_None; /* None: the global set */
   PyObject *call[6] = {bound[0], bound[2] ? bound[2] : Py_None, op, bound[4] ? bound[4] : float_one,
                        bound[5] ? bound[5] : float_one, process_set};
   PyObject *result = allreduce_array(call, wait, in_place_result);
@@ -352,76 +426,59 @@ static PyObject *allreduce_in_place_async_function(PyObject *module, PyObject *c
   return allreduce_call("allreduce_in_place_async", args + 1, positional - 1, kwnames, 0, args[0]);
 }
 
-/* point_arrays(requests_address, count, arrays, op, prescale_factor, postscale_factor, process_set, kept):
- * points the count filled all-reduce requests at the arrays (one each) and at output arrays of their shapes,
- * recycled from kept (a list of count * KEPT_OUTPUTS slots, see recycled_output); returns the outputs, or None
- * (nothing pointed that matters) when an array does not match its request. */
+/* point_arrays(group, arrays, op, prescale_factor, postscale_factor, process_set): points the members of a
+ * PreparedGroup of all-reduces at the arrays (one each) and at output arrays of their shapes, recycled from the
+ * group's kept outputs (KEPT_OUTPUTS per member, see recycled_output); returns the outputs, or None (nothing
+ * pointed that matters) when an array does not match its request. */
 static PyObject *point_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("point_arrays", nargs, 8) != 0) return NULL;
-  hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
-  const Py_ssize_t count = PyLong_AsSsize_t(args[1]);
-  if (PyErr_Occurred()) return NULL;
-  PyObject *kept = args[7];
-  if (!PyList_CheckExact(kept) || PyList_GET_SIZE(kept) != count * KEPT_OUTPUTS) {
-    return PyErr_Format(PyExc_TypeError, "point_arrays: kept must be a list of %zd slots", count * KEPT_OUTPUTS);
+  if (check_arguments("point_arrays", nargs, 6) != 0) return NULL;
+  if (!Py_IS_TYPE(args[0], &PreparedGroupType)) {
+    return PyErr_Format(PyExc_TypeError, "point_arrays: expected a PreparedGroup, got %T", args[0]);
+  }
+  PreparedGroup *group = (PreparedGroup *)args[0];
+  const Py_ssize_t count = group->count;
+  if (group->kept == NULL) {
+    group->kept = PyList_New(count * KEPT_OUTPUTS);
+    if (group->kept == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count * KEPT_OUTPUTS; ++i) PyList_SET_ITEM(group->kept, i, Py_NewRef(Py_None));
   }
   Signature signature;
-  if (requests == NULL || !signature_of(args + 3, &signature)) Py_RETURN_NONE;
-  PyObject *arrays = PySequence_Fast(args[2], "point_arrays: arrays must be a sequence");
+  if (group->requests == NULL || !signature_of(args + 2, &signature)) Py_RETURN_NONE;
+  PyObject *arrays = PySequence_Fast(args[1], "point_arrays: arrays must be a sequence");
   if (arrays == NULL) return NULL;
   PyObject *outputs = NULL;
   if (PySequence_Fast_GET_SIZE(arrays) == count) outputs = PyList_New(count);
   for (Py_ssize_t i = 0; outputs != NULL && i < count; ++i) {
     PyObject *array = PySequence_Fast_GET_ITEM(arrays, i);
-    if (!matches(array, &requests[i], &signature)) {
+    if (!matches(array, &group->requests[i], &signature)) {
       Py_CLEAR(outputs);
       break;
     }
-    PyObject *output = recycled_output(&PyList_GET_ITEM(kept, i * KEPT_OUTPUTS), (PyArrayObject *)array);
+    PyObject *output = recycled_output(&PyList_GET_ITEM(group->kept, i * KEPT_OUTPUTS), (PyArrayObject *)array);
     if (output == NULL) {
       Py_CLEAR(outputs);
       Py_DECREF(arrays);
       return NULL;
     }
     PyList_SET_ITEM(outputs, i, output);
-    requests[i].input = PyArray_DATA((PyArrayObject *)array);
-    requests[i].output = PyArray_DATA((PyArrayObject *)output);
+    group->requests[i].input = PyArray_DATA((PyArrayObject *)array);
+    group->requests[i].output = PyArray_DATA((PyArrayObject *)output);
   }
   Py_DECREF(arrays);
   if (outputs == NULL && PyErr_Occurred()) return NULL;
   return outputs != NULL ? outputs : Py_NewRef(Py_None);
 }
 
-/* configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average):
- * what ops.py lends. */
-static PyObject *configure_arrays(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("configure_arrays", nargs, 7) != 0) return NULL;
-  if (!PyDict_Check(args[1]) || !PyAnySet_Check(args[5])) {
-    return PyErr_Format(PyExc_TypeError, "configure_arrays: prepared_requests must be a dict, reduce_ops a set");
-  }
-  uint64_t ops = 0;
-  PyObject *iterator = PyObject_GetIter(args[5]), *op;
-  while (iterator != NULL && (op = PyIter_Next(iterator)) != NULL) {
-    const long value = PyLong_CheckExact(op) ? PyLong_AsLong(op) : -1;
-    Py_DECREF(op);
-    if (value < 0 || value >= 64) {
-      Py_DECREF(iterator);
-      return PyErr_Format(PyExc_TypeError, "configure_arrays: reduce_ops must hold ints from 0 to 63");
-    }
-    ops |= 1ULL << value;
-  }
-  Py_XDECREF(iterator);
-  if (PyErr_Occurred()) return NULL;
-  plain_ops = ops;
-  PyArray_Descr *bfloat16 = NULL;
-  if (!PyArray_DescrConverter(args[3], &bfloat16)) return NULL;
-  bfloat16_type = bfloat16->type_num;
-  Py_DECREF(bfloat16);
-  Py_XSETREF(prepare_allreduce, Py_NewRef(args[0]));
-  Py_XSETREF(prepared_requests, Py_NewRef(args[1]));
-  Py_XSETREF(require_init, Py_NewRef(args[2]));
-  Py_XSETREF(resolve_op, Py_NewRef(args[4]));
-  Py_XSETREF(average_op, Py_NewRef(args[6]));
+/* resolve_op(op, average, stacklevel=1): Horovod's rule (see resolve); the deprecation warning stacklevel frames up. */
+static PyObject *resolve_op_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs < 2 || nargs > 3) return PyErr_Format(PyExc_TypeError, "resolve_op(op, average, stacklevel=1)");
+  const long stacklevel = nargs == 3 ? PyLong_AsLong(args[2]) : 1;
+  if (stacklevel == -1 && PyErr_Occurred()) return NULL;
+  return resolve(args[0], args[1], (int)stacklevel);
+}
+
+static PyObject *require_init_function(PyObject *module, PyObject *unused) {
+  if (require_running() != 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -452,24 +509,39 @@ PyMethodDef array_collective_functions[] = {
      "allreduce_async into tensor itself (a C-contiguous array of at least one dimension); synchronize()\n"
      "returns result, the object that owns the array's memory (a framework tensor viewed as the array)."},
     {"point_arrays", FASTCALL(point_arrays),
-     "point_arrays(requests_address, count, arrays, op, prescale, postscale, process_set, kept) -> outputs or None"},
+     "point_arrays(group, arrays, op, prescale_factor, postscale_factor, process_set) -> outputs or None"},
+    {"resolve_op", FASTCALL(resolve_op_function),
+     "resolve_op(op, average, stacklevel=1) -> the reduce op: op wins (checked); the deprecated average maps\n"
+     "True/False to Average/Sum; neither: Average. ValueError for both, or an unknown op."},
+    {"require_init", require_init_function, METH_NOARGS,
+     "require_init(): raises ValueError unless hvdlite has been initialized."},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
      "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
-    {"configure_arrays", FASTCALL(configure_arrays),
-     "configure_arrays(prepare, prepared_requests, require_init, bfloat16_dtype, resolve_op, reduce_ops, average)"},
     {NULL, NULL, 0, NULL}};
 
 int array_collectives_constants(PyObject *module) {
   /* How many output slots each prepared request (and group member) keeps: see recycled_output. */
-  return PyModule_AddIntConstant(module, "KEPT_OUTPUTS", KEPT_OUTPUTS);
+  if (PyModule_AddIntConstant(module, "KEPT_OUTPUTS", KEPT_OUTPUTS) != 0) return -1;
+  return PyModule_AddObjectRef(module, "named_allreduces", named_allreduces);
 }
 
 int array_collectives_ready(void) {
   if (_import_array() < 0) return -1;
   arena_capsule = PyCapsule_New(&arena_handler, "mem_handler", NULL);
   if (arena_capsule == NULL) return -1;
-  name_attribute = PyUnicode_InternFromString("name");
-  if (name_attribute == NULL) return -1;
+  PyObject *ml_dtypes = PyImport_ImportModule("ml_dtypes");
+  PyObject *bfloat16 = ml_dtypes != NULL ? PyObject_GetAttrString(ml_dtypes, "bfloat16") : NULL;
+  Py_XDECREF(ml_dtypes);
+  PyArray_Descr *descr = NULL;
+  const int converted = bfloat16 != NULL && PyArray_DescrConverter(bfloat16, &descr);
+  Py_XDECREF(bfloat16);
+  if (!converted) return -1;
+  bfloat16_type = descr->type_num;
+  Py_DECREF(descr);
+  named_allreduces = PyDict_New();
+  average_op = PyLong_FromLong(HVDLITE_OP_AVERAGE);
+  allreduce_kind = PyUnicode_InternFromString("allreduce");
+  if (named_allreduces == NULL || average_op == NULL || allreduce_kind == NULL) return -1;
   float_one = PyFloat_FromDouble(1.0);
   if (float_one == NULL) return -1;
   for (int i = 0; i < 7; ++i) {

@@ -20,7 +20,7 @@ static PyObject *error_from_buffer(PyObject *type, const char *buffer) {
   return NULL;
 }
 
-static PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
+PyObject *raise_handle_error(hvdlite_handle id, PyObject *name) {
   char buffer[ERROR_BYTES];
   if (hvdlite_handle_error(id, buffer, ERROR_BYTES) > 0) return error_from_buffer(hvdlite_error, buffer);
   PyErr_Format(hvdlite_error, "request '%S' failed", name);
@@ -45,6 +45,12 @@ static void sweep_orphans(void) {
     PyList_SetItem(orphans, kept++, orphan); /* moves the survivor forward; drops the slot's old reference */
   }
   PyList_SetSlice(orphans, kept, count, NULL);
+}
+
+void orphan(hvdlite_handle id, PyObject *keepalive) {
+  PyObject *entry = Py_BuildValue("(LO)", (long long)id, keepalive);
+  if (entry == NULL || PyList_Append(orphans, entry) != 0) PyErr_WriteUnraisable(keepalive);
+  Py_XDECREF(entry);
 }
 
 /* Makes handle stand for the core's request id, keeping keepalive until release. */
@@ -74,10 +80,7 @@ static void handle_dealloc(CoreHandle *self) {
     if (hvdlite_poll(self->id) != 0) {
       hvdlite_release(self->id);
     } else {
-      /* Still running: the core keeps it; its memory must outlive it. */
-      PyObject *orphan = Py_BuildValue("(LO)", (long long)self->id, self->keepalive);
-      if (orphan == NULL || PyList_Append(orphans, orphan) != 0) PyErr_WriteUnraisable((PyObject *)self);
-      Py_XDECREF(orphan);
+      orphan(self->id, self->keepalive); /* still running: the core keeps it; its memory must outlive it */
     }
   }
   Py_XDECREF(self->keepalive);
@@ -92,7 +95,7 @@ static PyObject *handle_poll(CoreHandle *self, PyObject *unused) {
 
 /* hvdlite_wait_all, letting go of the GIL only when something is still pending (a finished wait returns at
  * once, and handing the GIL over costs more than it). */
-static int wait_for(const hvdlite_handle *ids, int32_t count) {
+int wait_for(const hvdlite_handle *ids, int32_t count) {
   int code = hvdlite_wait_all_done(ids, count);
   if (code != -2) return code;
   Py_BEGIN_ALLOW_THREADS
@@ -319,6 +322,24 @@ static void *address_of(PyObject *value, int writable) {
   return address;
 }
 
+/* Says which tensor and which of its buffers the pending error (from address_of) is about; returns -1. */
+static int name_buffer_error(const char *which, PyObject *name) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  PyErr_Format(type, "the %s buffer of tensor '%S' cannot be used: %S", which, name, value);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return -1;
+}
+
+void *buffer_address(PyObject *value, int writable, const char *which, PyObject *name) {
+  void *address = address_of(value, writable);
+  if (PyErr_Occurred()) name_buffer_error(which, name);
+  return address;
+}
+
 /* A handle not yet standing for a request; made before the request is enqueued, so that no request is ever left
  * in the core without one. */
 static CoreHandle *new_handle(void) {
@@ -331,6 +352,16 @@ static CoreHandle *new_handle(void) {
   return handle;
 }
 
+PyObject *raise_refusal(int code, const char *error) {
+  return error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+}
+
+PyObject *handle_for(hvdlite_handle id, PyObject *keepalive, PyObject *name) {
+  CoreHandle *handle = new_handle();
+  if (handle != NULL) adopt(handle, id, keepalive, name);
+  return (PyObject *)handle;
+}
+
 /* Enqueues a filled request: its core handle id (> 0), or -1 with the core's refusal raised as enqueue raises it. */
 static hvdlite_handle enqueue_id(const hvdlite_request *request) {
   if (PyList_GET_SIZE(orphans) > 0) sweep_orphans();
@@ -338,7 +369,7 @@ static hvdlite_handle enqueue_id(const hvdlite_request *request) {
   error[0] = '\0';
   const hvdlite_handle id = hvdlite_enqueue(request, error, ERROR_BYTES);
   if (id >= 0) return id;
-  error_from_buffer(id == -3 ? hvdlite_error : PyExc_ValueError, error);
+  raise_refusal((int)id, error);
   return -1;
 }
 
@@ -366,7 +397,7 @@ static int run_without_gil(const hvdlite_request *request, hvdlite_handle *id) {
   code = hvdlite_enqueue_and_wait(request, id, error, ERROR_BYTES);
   Py_END_ALLOW_THREADS
   if (code < 0) {
-    error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+    raise_refusal(code, error);
     return -1;
   }
   return code;
@@ -387,27 +418,15 @@ int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected)
   return -1;
 }
 
-/* Says which tensor and which of its buffers the pending error (from address_of) is about; returns -1. */
-static int name_buffer_error(const char *which, PyObject *name) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  PyErr_NormalizeException(&type, &value, &traceback);
-  PyErr_Format(type, "the %s buffer of tensor '%S' cannot be used: %S", which, name, value);
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(traceback);
-  return -1;
-}
-
 /* The prepared request pointed at the buffers input and output, as a copy: the prepared struct itself is never
  * written, so two threads submitting it at once cannot swap each other's buffers (the core refuses the second as
  * a duplicate name). 0, or -1 with a Python error set naming the tensor and the buffer. */
 int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output, PyObject *name,
                  hvdlite_request *request) {
-  void *input_address = address_of(input, 0);
-  if (PyErr_Occurred()) return name_buffer_error("input", name);
-  void *output_address = address_of(output, 1);
-  if (PyErr_Occurred()) return name_buffer_error("output", name);
+  void *input_address = buffer_address(input, 0, "input", name);
+  if (PyErr_Occurred()) return -1;
+  void *output_address = buffer_address(output, 1, "output", name);
+  if (PyErr_Occurred()) return -1;
   *request = *prepared;
   request->input = input_address;
   request->output = output_address;
@@ -431,50 +450,6 @@ PyObject *submit_and_wait_filled(const hvdlite_request *request, PyObject *keepa
     return NULL;
   }
   return (PyObject *)handle;
-}
-
-/* point_group(requests_address, inputs, outputs, names): points each of the filled requests at its input and
- * output (sequences of addresses or contiguous buffers, one per request); a buffer that cannot be used
- * raises naming its tensor (names[i]) and leaves the requests partly pointed (the caller submits nothing). */
-static PyObject *calls_point_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("point_group", nargs, 4) != 0) return NULL;
-  hvdlite_request *requests = (hvdlite_request *)PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred()) return NULL;
-  if (requests == NULL) return PyErr_Format(PyExc_ValueError, "point_group: no requests (NULL address)");
-  PyObject *inputs = PySequence_Fast(args[1], "point_group: inputs must be a sequence");
-  PyObject *outputs = inputs ? PySequence_Fast(args[2], "point_group: outputs must be a sequence") : NULL;
-  PyObject *names = outputs ? PySequence_Fast(args[3], "point_group: names must be a sequence") : NULL;
-  PyObject *result = NULL;
-  Py_ssize_t count;
-  if (names == NULL) goto done;
-  count = PySequence_Fast_GET_SIZE(names);
-  if (PySequence_Fast_GET_SIZE(inputs) != count || PySequence_Fast_GET_SIZE(outputs) != count) {
-    PyErr_Format(PyExc_ValueError, "point_group: %zd requests need one input and one output each (got %zd and %zd)",
-                 count, PySequence_Fast_GET_SIZE(inputs), PySequence_Fast_GET_SIZE(outputs));
-    goto done;
-  }
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject *name = PySequence_Fast_GET_ITEM(names, i);
-    requests[i].input = address_of(PySequence_Fast_GET_ITEM(inputs, i), 0);
-    if (PyErr_Occurred()) { name_buffer_error("input", name); goto done; }
-    requests[i].output = address_of(PySequence_Fast_GET_ITEM(outputs, i), 1);
-    if (PyErr_Occurred()) { name_buffer_error("output", name); goto done; }
-  }
-  result = Py_NewRef(Py_None);
-done:
-  Py_XDECREF(inputs);
-  Py_XDECREF(outputs);
-  Py_XDECREF(names);
-  return result;
-}
-
-/* enqueue(request_address, keepalive, name): enqueues the filled request as it is. */
-static PyObject *calls_enqueue(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-  if (check_arguments("enqueue", nargs, 3) != 0) return NULL;
-  const hvdlite_request *request = (const hvdlite_request *)PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred()) return NULL;
-  if (request == NULL) return PyErr_Format(PyExc_ValueError, "enqueue: no request (NULL address)");
-  return enqueue(request, args[1], args[2]);
 }
 
 /* The core ids of a sequence of handles, each checked to be a handle (and live unless allow_released), in a
@@ -565,10 +540,6 @@ static PyObject *calls_orphans(PyObject *module, PyObject *unused) {
 }
 
 PyMethodDef core_handle_functions[] = {
-    {"point_group", (PyCFunction)(void (*)(void))calls_point_group, METH_FASTCALL,
-     "point_group(requests_address, inputs, outputs, names): sets each filled request's buffers."},
-    {"enqueue", (PyCFunction)(void (*)(void))calls_enqueue, METH_FASTCALL,
-     "enqueue(request_address, keepalive, name) -> Handle"},
     {"wait_all", calls_wait_all, METH_O, "wait_all(handles): waits for all, raises for the first failure."},
     {"release_all", calls_release_all, METH_O, "release_all(handles): releases those not released yet."},
     {"raise_handle_error", (PyCFunction)(void (*)(void))calls_raise_handle_error, METH_FASTCALL,

@@ -42,10 +42,24 @@ EXTENSION_INTERNAL int run_and_release(const hvdlite_request *request, PyObject 
  * buffers); 0, or -1 with a Python error set (naming the tensor and which buffer). */
 EXTENSION_INTERNAL int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output,
                                     PyObject *name, hvdlite_request *request);
+/* The address a request field takes from value (an int address, None for NULL, or a contiguous buffer, writable
+ * where asked); NULL with an error naming the tensor and which buffer (input, output) when it cannot be used
+ * (check PyErr_Occurred: None is NULL too). */
+EXTENSION_INTERNAL void *buffer_address(PyObject *value, int writable, const char *which, PyObject *name);
+/* A new Handle standing for the core's request id, keeping keepalive until release. */
+EXTENSION_INTERNAL PyObject *handle_for(hvdlite_handle id, PyObject *keepalive, PyObject *name);
+/* Raises the core's refusal of an enqueue (code -3: HvdliteError, else ValueError) with its message; NULL. */
+EXTENSION_INTERNAL PyObject *raise_refusal(int code, const char *error);
+/* Raises the failed request's HvdliteError (its message from the core, or one naming it); NULL. */
+EXTENSION_INTERNAL PyObject *raise_handle_error(hvdlite_handle id, PyObject *name);
+/* hvdlite_wait_all, without the GIL only while something is pending. */
+EXTENSION_INTERNAL int wait_for(const hvdlite_handle *ids, int32_t count);
+/* Keeps keepalive until the core's request id is done, then releases it (a handle dropped while pending). */
+EXTENSION_INTERNAL void orphan(hvdlite_handle id, PyObject *keepalive);
 /* 0 when nargs is expected, else -1 with a TypeError naming function. */
 EXTENSION_INTERNAL int check_arguments(const char *function, Py_ssize_t nargs, Py_ssize_t expected);
 
-/* The module functions of this layer (enqueue, wait_all, release_all, point_group, ...), and its set-up at
+/* The module functions of this layer (wait_all, release_all, raise_handle_error, orphans), and its set-up at
  * import: 0, or -1 with an error set. */
 EXTENSION_INTERNAL extern PyMethodDef core_handle_functions[];
 EXTENSION_INTERNAL int core_handles_ready(void);

@@ -17,7 +17,7 @@
 
 static PyObject *named_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *prepared;
-  if (!PyArg_ParseTuple(args, "O!:NamedAllreduce", &PreparedRequestBaseType, &prepared)) return NULL;
+  if (!PyArg_ParseTuple(args, "O!:NamedAllreduce", &PreparedRequestType, &prepared)) return NULL;
   const hvdlite_request *request = prepared_request_of(prepared, "NamedAllreduce");
   if (request == NULL) return NULL;
   NamedAllreduce *self = (NamedAllreduce *)type->tp_alloc(type, 0);

@@ -18,7 +18,7 @@ import pytest
 import hvdlite as hvd
 from hvdlite import _tensor_calls
 from hvdlite.requests import (Collective, PreparedGroup, PreparedRequest, Request, release_all, submit, submit_and_wait,
-                              wait_all)
+                              submit_group, wait_all)
 from harness.checks import assert_raises
 from harness.reference import check_close, rank_input, reduce_reference
 
@@ -79,7 +79,7 @@ def test_prepared_tokens():
     # The same name prepared (float32, (4,)) and submitted by value (float64, (2, 3)), alternately: each
     # submission runs with its own description, not the other's.
     shared = prepared("hot.token.shared", "float32", (4,))
-    assert shared._token > 0, "a request prepared after init must have a token"
+    assert shared.token > 0, "a request prepared after init must have a token"
     for step in range(3):
         x = ones(4)
         shared.submit_and_wait(x, x, x).release()
@@ -128,7 +128,7 @@ def test_prepared_tokens():
         in_set.submit_and_wait(e, e, e).release()
         check_close("hot.token.set", e, np.full(4, (size - 1) * size / 2), "float32", "in an added process set")
     else:
-        assert in_set._token == 0, "a rank outside the set must get no token"
+        assert in_set.token == 0, "a rank outside the set must get no token"
         assert_raises(ValueError, lambda: in_set.submit(e, e, e), match=["not a member", "hot.token.set"])
     set_id = subset.process_set_id
     assert hvd.remove_process_set(subset)
@@ -259,7 +259,7 @@ def test_unusable_buffers():
     assert_raises(TypeError, lambda: request.submit("not a buffer", x, x), match=["input", "hot.buffers"])
     assert_raises(TypeError, lambda: request.submit(x, x), match=["submit", "3 arguments (2 given)"])
     assert_raises(TypeError, lambda: request.submit_and_wait(x, x, x, x), match=["submit_and_wait", "3 arguments (4 given)"])
-    assert_raises(ValueError, lambda: _tensor_calls.PreparedRequestBase().submit(x, x, x), match=["never filled"])
+    assert_raises(ValueError, lambda: PreparedRequest.__new__(PreparedRequest).submit(x, x, x), match=["never filled"])
     # Nothing was left in flight by the refusals: the name goes through now, on every rank.
     out = np.empty_like(x)
     request.submit_and_wait(x, out, (x, out)).release()
@@ -291,7 +291,8 @@ def test_prepared_group_buffers():
     assert_raises(ValueError, lambda: group.submit(xs, [np.empty(shapes[0]), read_only, np.empty(shapes[2])], xs), match=["output", "hot.grp.1", "read-only"])
     assert_raises(TypeError, lambda: group.submit(xs[:2] + ["not a buffer"], xs, xs), match=["input", "hot.grp.2"])
     assert_raises(ValueError, lambda: group.submit(xs[:2], xs[:2], xs), match=["3 requests", "got 2"])
-    assert_raises(ValueError, lambda: _tensor_calls.point_group(0, xs, xs, ["a", "b", "c"]), match=["no requests"])
+    assert_raises(ValueError, lambda: PreparedGroup.__new__(PreparedGroup).submit(xs, xs), match=["never filled"])
+    assert_raises(TypeError, lambda: _tensor_calls.point_arrays(xs, xs, hvd.Sum, 1.0, 1.0, None), match=["PreparedGroup"])
     outs = [np.empty_like(x) for x in xs]
     handle = group.submit(xs, outs, (xs, outs))  # nothing was left in flight by the refusals
     handle.wait()
@@ -317,14 +318,14 @@ def test_failing_member():
 
 def test_plain_requests():
     rank, size = hvd.rank(), hvd.size()
-    # submit(Request), as the adapters' one-off collectives call it: filled in C when it is the usual kind,
-    # by requests.py otherwise (cffi pointers, splits); either way the same results and the same refusals.
+    # submit(Request), as the adapters' one-off collectives call it, with int addresses or the arrays themselves
+    # (address()): the same results, and every refusal names the tensor.
     from hvdlite.requests import address
     cases = [("float32", (3, 4), "sum", 1.0, 1.0), ("float64", (5,), "average", 1.0, 1.0),
              ("int32", (2, 2, 2), "max", 1.0, 1.0), ("float32", (6,), "sum", 0.5, 3.0), ("int64", (), "sum", 1.0, 1.0)]
     ops = {"sum": hvd.Sum, "average": hvd.Average, "max": hvd.Max}
     for i, (dtype, shape, op_name, pre, post) in enumerate(cases):
-        for pointers in ("ints", "cffi"):
+        for pointers in ("ints", "buffers"):
             name = f"hot.plain.{i}.{pointers}"
             x = rank_input(dtype, shape, rank, op_name, ("plain", i))
             out = np.zeros_like(x)
@@ -340,7 +341,7 @@ def test_plain_requests():
     submit_and_wait(Request(Collective.BROADCAST, "hot.plain.bcast", "float32", x.shape, x.ctypes.data, x.ctypes.data,
                 root_rank=size - 1, keepalive=x)).release()
     check_close("hot.plain.bcast", x, np.arange(4, dtype=np.float64) + size - 1, "float32", "broadcast")
-    # What C leaves to Python, refused as before, naming the tensor.
+    # What the fill refuses, naming the tensor, before anything is sent (so nothing is left in flight).
     y = np.ones(4, np.float32)
     assert_raises(TypeError, lambda: submit(Request(Collective.ALLREDUCE, "hot.plain.bad", "complex64", (4,), y.ctypes.data,
                                         y.ctypes.data, keepalive=y)), match=["hot.plain.bad", "complex64"])
@@ -348,6 +349,19 @@ def test_plain_requests():
                                         y.ctypes.data, process_set=hvd.ProcessSet([0]), keepalive=y)), match=["not been added"])
     assert_raises(ValueError, lambda: submit_and_wait(Request(Collective.ALLREDUCE, "hot.plain.shape", "float32", (-4,), y.ctypes.data,
                                      y.ctypes.data, keepalive=y)), match=["hot.plain.shape"])
+    bad = dict(collective=Collective.ALLREDUCE, dtype="float32", shape=(4,), input_ptr=y, output_ptr=y, keepalive=y)
+    assert_raises(TypeError, lambda: submit(Request(name="hot.plain.op", **{**bad, "op": "sum"})), match=["hot.plain.op", "op must be an int"])
+    assert_raises(TypeError, lambda: submit(Request(name="hot.plain.pre", **bad, prescale_factor="2")), match=["hot.plain.pre", "prescale_factor"])
+    assert_raises(TypeError, lambda: submit(Request(name="hot.plain.gpu", **bad, gpu=(0,))), match=["hot.plain.gpu", "gpu must be"])
+    assert_raises(TypeError, lambda: submit(Request(name=7, **bad)), match=["name must be a str"])
+    assert_raises(ValueError, lambda: submit(Request(Collective.ALLTOALL, "hot.plain.splits", "float32", (4,), y, 0,
+                                                     splits=[4] * (size + 1), keepalive=y)),
+                  match=["hot.plain.splits", f"one entry per rank of the process set ({size})", f"got {size + 1}"])
+    read_only = np.ones(4, np.float32)
+    read_only.setflags(write=False)
+    good = Request(Collective.ALLREDUCE, "hot.plain.group.0", "float32", (4,), y, y, keepalive=y)
+    assert_raises(ValueError, lambda: submit_group([good, Request(name="hot.plain.group.1", **{**bad, "output_ptr": read_only})]),
+                  match=["hot.plain.group.1", "output", "read-only"])
     # A collective that fails on every rank (the shapes disagree): submit_and_wait raises its error and releases the handle.
     z = np.ones(3 + rank, np.float32)
     assert_raises(hvd.HvdliteError, lambda: submit_and_wait(Request(Collective.ALLREDUCE, "hot.plain.disagree", "float32", z.shape, z.ctypes.data,
@@ -372,7 +386,7 @@ def test_tokens_after_restart():
     shared.submit_and_wait(x, x, x).release()
     expect_sum("hot.token.shared", x, "prepared before init() again", size)
     again = prepared("hot.token.again", "float32", (4,))
-    assert again._token not in (0, shared._token), "a request prepared after init() again needs a new token"
+    assert again.token not in (0, shared.token), "a request prepared after init() again needs a new token"
     x = np.full(4, rank + 1.0, np.float32)
     again.submit_and_wait(x, x, x).release()
     expect_sum("hot.token.again", x, "prepared after init() again", size)
