@@ -18,7 +18,7 @@ _EXPORTS = {
                "is_homogeneous",
                "is_initialized", "local_rank", "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
                "nccl_built", "rank", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline"],
-    "errors": ["HorovodInternalError", "HvdliteError"],
+    "errors": ["HorovodInternalError", "HvdliteError", "InvalidRequestError"],
     "gpu": ["gpu_status"],
     "ops": ["Adasum", "Average", "Max", "Min", "Product", "Sum", "allgather", "allgather_async", "allgather_object",
             "allreduce", "allreduce_async", "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_async",

@@ -9,6 +9,12 @@ class HvdliteError(RuntimeError):
 HorovodInternalError = HvdliteError
 
 
+class InvalidRequestError(ValueError, RuntimeError):
+    """This rank's request was refused before anything was sent (a bad argument: an op the collective does not
+    take, a name already in flight, a process set this rank is not in, ...); the message names the tensor. A
+    ValueError, and a RuntimeError as Horovod's ops raise for the same mistakes."""
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised at ``state.commit()`` or ``state.check_host_updates()`` on every rank when the launcher's host
     discovery changed (room for more ranks, or a host the job runs on no longer listed): the job stops at that

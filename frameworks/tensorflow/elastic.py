@@ -42,6 +42,7 @@ class TensorFlowState(ObjectState):
         variables = self._all_variables()
         if variables:
             broadcast_variables(variables, root_rank=0)
+        self._saved_values = _values(variables)  # as Horovod: restore() after a sync goes back to the synced values
         super().sync()
 
     def snapshot(self):

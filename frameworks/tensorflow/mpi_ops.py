@@ -107,10 +107,21 @@ def _allreduce_indexed_slices(slices, op, prescale_factor, postscale_factor, nam
                                   "use sparse_as_dense=True or convert the gradient to a dense tensor")
     base = bridge.collective_name("allreduce", name, process_set)
     values, indices = grouped_allgather([slices.values, slices.indices], name=base, process_set=process_set)
-    scale = prescale_factor * postscale_factor / (process_set.size() if op == Average else 1)
-    if scale != 1.0:
-        values = values * tf.constant(scale, dtype=values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+    return tf.IndexedSlices(_scaled_values(values, op, prescale_factor * postscale_factor, process_set.size()),
+                            indices, dense_shape=slices.dense_shape)
+
+
+def _scaled_values(values, op, scale, size):
+    """Gathered IndexedSlices values, averaged and scaled as Horovod does: an Average is TensorFlow's true division
+    by the set size (integer values become floating, as ``values / size`` makes them), then the scale factors; a
+    scaled Sum of integers is computed in float64 and cast back, as the core scales integer tensors."""
+    if op == Average:
+        values = tf.math.truediv(values, tf.cast(size, values.dtype))
+    if scale == 1.0:
+        return values
+    if values.dtype.is_integer:
+        return tf.cast(tf.cast(values, tf.float64) * scale, values.dtype)
+    return values * tf.constant(scale, dtype=values.dtype)
 
 
 @_not_converted
@@ -170,9 +181,10 @@ def _allgather_group(tensors, names, process_set):
         rank = process_set.rank()
         rows = [tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1]) for x in xs]
         all_rows = _allgather_group(rows, [n + ".grad_rows" for n in names], process_set)
-        summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
+        # Averaged over the ranks, as Horovod does (and as hvdlite.torch's allgather gradient is).
+        averaged = _allreduce_group(dys, [n + ".grad" for n in names], Average, 1.0, 1.0, process_set)
         grads = []
-        for x, counts, s in zip(xs, all_rows, summed):
+        for x, counts, s in zip(xs, all_rows, averaged):
             start = tf.reduce_sum(counts[:rank])
             grads.append(s[start:start + tf.shape(x, out_type=tf.int64)[0]])
         return grads
@@ -251,10 +263,10 @@ def _alltoall(tensor, splits, name, process_set):
 
 @_not_converted
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Sends ``splits[i]`` rows of ``tensor`` to rank i (equal parts when None) and returns
-    ``(received tensor, received_splits)``, rows concatenated in rank order."""
+    """Sends ``splits[i]`` rows of ``tensor`` to rank i (equal parts when None) and returns the received rows,
+    concatenated in rank order; with ``splits`` given, ``(received tensor, received_splits)``, as Horovod does."""
     output, received = _alltoall(tensor, splits, bridge.collective_name("alltoall", name, process_set), process_set)
-    return output, tf.stop_gradient(received)
+    return output if splits is None else (output, tf.stop_gradient(received))
 
 
 # --- reducescatter -------------------------------------------------------------------------------------------
@@ -276,11 +288,13 @@ def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, 
         return bridge.run(body, xs, [x.dtype for x in xs], [out_shape(x) for x in xs], names[0])
 
     def backward(xs, ys, dys):
+        # Horovod's convention: the upstream gradients gathered, times the set size for a Sum (as a Sum's
+        # gradient averaged over the ranks would be), as they are for an Average.
         if op not in (Average, Sum):
             raise NotImplementedError(f"the {_REDUCE_OPS[op]} reducescatter has no gradient")
         gathered = _allgather_group(dys, [n + ".grad" for n in names], process_set)
-        scale = prescale_factor * postscale_factor / (size if op == Average else 1)
-        return [g * tf.constant(scale, dtype=g.dtype) for g in gathered]
+        scale = prescale_factor * postscale_factor * (size if op == Sum else 1)
+        return [g if scale == 1.0 else g * tf.constant(scale, dtype=g.dtype) for g in gathered]
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 

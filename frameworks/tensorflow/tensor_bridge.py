@@ -8,7 +8,8 @@ them, or blocking collectives deadlock across ranks: inside ``tf.function`` the 
 of stateful ops keep that order; a TF1 graph has none, so each collective takes the order token of the one
 created before it in the same graph as an input (a session that fetches a later collective runs the earlier ones
 too, on every rank alike).
-Outputs get the static shapes the caller knows (None where a dimension depends on other ranks).
+Outputs get the static shapes the caller knows (None where a dimension depends on other ranks). Errors are
+TensorFlow's classes, eagerly and in graphs (errors.py).
 """
 import re
 import weakref
@@ -17,6 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from hvdlite import requests as core_requests
+
+from . import errors
 
 
 def collective_name(kind, name, process_set=None):
@@ -55,16 +58,24 @@ def _graph_path(graph):
 _last_token = weakref.WeakKeyDictionary()  # TF1 graph -> the order token of the collective created last in it
 
 
-def _in_program_order(graph, body, inputs, out_dtypes, name):
+def _graph_op(body, inputs, out_dtypes, out_shapes, name, after=()):
+    """The collective as a graph op (run after the ``after`` tensors, which it takes as extra inputs: a data
+    dependency), and the check that raises its error (errors.py); returns its outputs, ordered after the check, and
+    its status (an int8 scalar): the token a later collective waits for, which a failure does not hold up (the
+    later one's own check raises what it must)."""
+    checked = errors.status_of(lambda *arrays: body(*arrays[:len(inputs)]), out_dtypes, out_shapes)
+    *outputs, status, message = tf.numpy_function(checked, inputs + list(after), out_dtypes + [tf.int8, tf.string],
+                                                  stateful=True, name=name)
+    with tf.control_dependencies([errors.raise_on_failure(status, message, name)]):
+        return (tf.identity_n(outputs) if outputs else []), status
+
+
+def _in_program_order(graph, body, inputs, out_dtypes, out_shapes, name):
     """A collective op of a TF1 graph that runs after the one created before it: each op takes the previous
     one's order token (a scalar output) as an extra input, a data dependency (a control dependency would mark
     the earlier op, which TensorFlow refuses once a session has run it)."""
     previous = _last_token.get(graph)
-    extra = [] if previous is None else [previous]
-
-    def ordered(*arrays):
-        return list(body(*arrays[:len(inputs)])) + [np.int8(0)]
-    *outputs, token = tf.numpy_function(ordered, inputs + extra, out_dtypes + [tf.int8], stateful=True, name=name)
+    outputs, token = _graph_op(body, inputs, out_dtypes, out_shapes, name, after=[] if previous is None else [previous])
     _last_token[graph] = token
     return outputs
 
@@ -80,13 +91,14 @@ def run(body, inputs, out_dtypes, out_shapes, op_name):
     inputs = [as_tensor(t) for t in inputs]
     if tf.executing_eagerly():
         arrays = [_host_view(t) for t in inputs]
-        return [_adopt(out, dtype) for out, dtype in zip(body(*arrays), out_dtypes)]
+        with errors.tensorflow_errors():
+            results = body(*arrays)
+        return [_adopt(out, dtype) for out, dtype in zip(results, out_dtypes)]
     graph = tf.compat.v1.get_default_graph()
     if hasattr(graph, "outer_graph"):  # tf.function: automatic control dependencies keep program order
-        outputs = tf.numpy_function(lambda *arrays: list(body(*arrays)), inputs, list(out_dtypes), stateful=True,
-                                    name=_graph_op_name(op_name))
+        outputs, _ = _graph_op(body, inputs, list(out_dtypes), list(out_shapes), _graph_op_name(op_name))
     else:
-        outputs = _in_program_order(graph, body, inputs, list(out_dtypes), _graph_op_name(op_name))
+        outputs = _in_program_order(graph, body, inputs, list(out_dtypes), list(out_shapes), _graph_op_name(op_name))
     for out, shape in zip(outputs, out_shapes):
         out.set_shape(shape)
     return list(outputs)

@@ -7,6 +7,7 @@
 
 PyTypeObject CoreHandleType;
 PyObject *hvdlite_error;
+static PyObject *invalid_request_error; /* hvdlite.errors.InvalidRequestError: a ValueError and a RuntimeError */
 /* (id, keepalive, result) of handles dropped before their collective finished: the core still writes into their
  * memory, so it lives until the collective is done (swept on later submissions). */
 static PyObject *orphans;
@@ -353,7 +354,7 @@ static CoreHandle *new_handle(void) {
 }
 
 PyObject *raise_refusal(int code, const char *error) {
-  return error_from_buffer(code == -3 ? hvdlite_error : PyExc_ValueError, error);
+  return error_from_buffer(code == -3 ? hvdlite_error : invalid_request_error, error);
 }
 
 PyObject *handle_for(hvdlite_handle id, PyObject *keepalive, PyObject *name) {
@@ -373,7 +374,7 @@ static hvdlite_handle enqueue_id(const hvdlite_request *request) {
   return -1;
 }
 
-/* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
+/* Enqueues a filled request; its Handle, or the core's refusal as InvalidRequestError (-1, -2) or HvdliteError (-3). */
 PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name) {
   CoreHandle *handle = new_handle();
   if (handle == NULL) return NULL;
@@ -553,8 +554,9 @@ int core_handles_ready(void) {
   PyObject *errors = PyImport_ImportModule("hvdlite.errors");
   if (errors == NULL) return -1;
   hvdlite_error = PyObject_GetAttrString(errors, "HvdliteError");
+  invalid_request_error = PyObject_GetAttrString(errors, "InvalidRequestError");
   Py_DECREF(errors);
-  if (hvdlite_error == NULL) return -1;
+  if (hvdlite_error == NULL || invalid_request_error == NULL) return -1;
   orphans = PyList_New(0);
   return orphans != NULL ? 0 : -1;
 }

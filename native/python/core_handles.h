@@ -29,7 +29,7 @@ EXTENSION_INTERNAL void release_one(CoreHandle *handle);
  * later handles of a fused step) is released under one lock of the core's handle table instead of two. 0, or -1
  * with wait_one's error raised. */
 EXTENSION_INTERNAL int finish_one(CoreHandle *handle);
-/* Enqueues a filled request; its Handle, or the core's refusal as ValueError (-1, -2) or HvdliteError (-3). */
+/* Enqueues a filled request; its Handle, or the core's refusal as InvalidRequestError (-1, -2) or HvdliteError (-3). */
 EXTENSION_INTERNAL PyObject *enqueue(const hvdlite_request *request, PyObject *keepalive, PyObject *name);
 /* Submits a filled request and waits for it (without the GIL); the finished Handle, or raises (releasing it)
  * when the collective failed or the core refused it. */
@@ -48,7 +48,8 @@ EXTENSION_INTERNAL int with_buffers(const hvdlite_request *prepared, PyObject *i
 EXTENSION_INTERNAL void *buffer_address(PyObject *value, int writable, const char *which, PyObject *name);
 /* A new Handle standing for the core's request id, keeping keepalive until release. */
 EXTENSION_INTERNAL PyObject *handle_for(hvdlite_handle id, PyObject *keepalive, PyObject *name);
-/* Raises the core's refusal of an enqueue (code -3: HvdliteError, else ValueError) with its message; NULL. */
+/* Raises the core's refusal of an enqueue (code -3: HvdliteError, else InvalidRequestError, a ValueError) with its
+ * message; NULL. */
 EXTENSION_INTERNAL PyObject *raise_refusal(int code, const char *error);
 /* Raises the failed request's HvdliteError (its message from the core, or one naming it); NULL. */
 EXTENSION_INTERNAL PyObject *raise_handle_error(hvdlite_handle id, PyObject *name);

@@ -1,5 +1,6 @@
 """Where Horovod's PyTorch API has a convention of its own, hvdlite.torch follows it, checked on every rank against
-values computed here independently: the gradients of allgather, broadcast and reducescatter, broadcast roots
+values computed here independently: the gradients of allgather, broadcast and reducescatter, a refused request
+raised as a RuntimeError, broadcast roots
 named by global rank in a process set, scale factors on integer tensors, sparse gradients kept sparse, and the
 state broadcast of an optimizer with a parameter that takes no gradient.
 """
@@ -60,6 +61,19 @@ def test_reducescatter_gradients_and_per_output_backward_of_a_group(checks):
             out.backward(torch.ones(4))
         for i, t in enumerate(xs):
             checks.close(f"grouped reducescatter {op} grad {i}", t.grad, np.full(size * 4, factor), 0, 1e-6)
+
+
+def test_a_refused_request_is_a_runtime_error_as_in_horovod(checks):
+    # Adasum is an all-reduce op: Horovod raises RuntimeError; hvdlite's refusal is that and a ValueError, naming
+    # the tensor, on every rank, before anything is sent.
+    for label, call in (("reducescatter", lambda: hvd.reducescatter(torch.ones(4), op=hvd.Adasum, name="conv.rs")),
+                        ("grouped_reducescatter", lambda: hvd.grouped_reducescatter(
+                            [torch.ones(4), torch.ones(2)], op=hvd.Adasum, name="conv.grs"))):
+        for error_type in (RuntimeError, ValueError):
+            checks.raises(f"{label}(op=Adasum) is a {error_type.__name__}", error_type, call,
+                          match=["Adasum", "conv."])
+    checks.close("the name works afterwards", hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Sum, name="conv.rs"),
+                 np.full(1, float(hvd.size())))
 
 
 def test_process_set_broadcast_takes_a_global_root(checks):
