@@ -48,12 +48,15 @@ void release_parts(RequestParts *parts) {
   parts->splits = NULL;
 }
 
-/* request's attribute as a C long / double; -1 with a TypeError naming the tensor when it is not a number. */
+/* request's attribute as a C long (an int, or anything with __index__: NumPy's integers) / a double; -1 with a
+ * TypeError naming the tensor when it is not one. */
 static int long_attribute(PyObject *request, PyObject *attribute, PyObject *name, long *value) {
   PyObject *item = PyObject_GetAttr(request, attribute);
   if (item == NULL) return -1;
-  *value = PyLong_Check(item) ? PyLong_AsLong(item) : -1;
-  const int failed = !PyLong_Check(item) || PyErr_Occurred();
+  PyObject *index = PyNumber_Index(item);
+  *value = index != NULL ? PyLong_AsLong(index) : -1;
+  const int failed = index == NULL || PyErr_Occurred();
+  Py_XDECREF(index);
   if (failed) {
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "tensor '%S': %U must be an int, got %R", name, attribute, item);

@@ -40,7 +40,7 @@ static PyObject *handles_of(PyObject *const *requests, const RequestParts *parts
     PyObject *handle = keepalive != NULL ? handle_for(ids[i], keepalive, parts[i].name) : NULL;
     Py_XDECREF(keepalive);
     if (handle == NULL) {
-      for (Py_ssize_t j = i; j < count; ++j) orphan(ids[j], Py_None); /* released once done; nothing to keep */
+      for (Py_ssize_t j = i; j < count; ++j) orphan(ids[j], requests[j]); /* the Request holds its keepalive */
       Py_CLEAR(handles);
     } else {
       PyList_SET_ITEM(handles, i, handle);
