@@ -43,11 +43,9 @@ def reducescatter_rows(dim0, set_size, set_rank):
     return dim0 // set_size + (1 if set_rank < dim0 % set_size else 0)
 
 
-def _contiguous(tensor):
-    """tensor as a C-contiguous array in native byte order (the core reads native numbers; a byte-swapped
-    array is converted, not summed as garbage)."""
-    array = np.ascontiguousarray(tensor)
-    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+# _contiguous(tensor): tensor as a C-contiguous array of at least one dimension in native byte order (the core reads
+# native numbers; a byte-swapped array is converted, not summed as garbage). The C rule hvd.allreduce applies.
+_contiguous = _tensor_calls.contiguous
 
 
 def _submitted(request_and_finish):

@@ -224,11 +224,7 @@ static PyObject *contiguous(PyObject *tensor) {
  * naming the tensor. */
 static int checked_signature(PyObject *const *args, PyObject *name, Signature *signature) {
   signature->process_set_id = process_set_id_of(args[3]);
-  if (signature->process_set_id < 0) {
-    PyErr_Format(PyExc_ValueError, "tensor '%S': this process set has not been added: call hvd.add_process_set() "
-                 "first", name);
-    return -1;
-  }
+  if (signature->process_set_id < 0) return raise_set_not_added(name);
   signature->op = (int)PyLong_AsLong(args[0]);
   signature->prescale_factor = PyFloat_AsDouble(args[1]);
   signature->postscale_factor = PyFloat_AsDouble(args[2]);
@@ -477,6 +473,8 @@ static PyObject *resolve_op_function(PyObject *module, PyObject *const *args, Py
   return resolve(args[0], args[1], (int)stacklevel);
 }
 
+static PyObject *contiguous_function(PyObject *module, PyObject *tensor) { return contiguous(tensor); }
+
 static PyObject *require_init_function(PyObject *module, PyObject *unused) {
   if (require_running() != 0) return NULL;
   Py_RETURN_NONE;
@@ -513,6 +511,9 @@ PyMethodDef array_collective_functions[] = {
     {"resolve_op", FASTCALL(resolve_op_function),
      "resolve_op(op, average, stacklevel=1) -> the reduce op: op wins (checked); the deprecated average maps\n"
      "True/False to Average/Sum; neither: Average. ValueError for both, or an unknown op."},
+    {"contiguous", contiguous_function, METH_O,
+     "contiguous(tensor) -> the array the core reads for it: C-contiguous, native byte order, at least one dimension\n"
+     "(the tensor itself where it is one, else a copy)."},
     {"require_init", require_init_function, METH_NOARGS,
      "require_init(): raises ValueError unless hvdlite has been initialized."},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,

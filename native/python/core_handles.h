@@ -38,8 +38,9 @@ EXTENSION_INTERNAL PyObject *submit_and_wait_filled(const hvdlite_request *reque
  * (raised). For callers that need only the outputs (the numpy all-reduce). */
 EXTENSION_INTERNAL int run_and_release(const hvdlite_request *request, PyObject *name);
 
-/* A copy of the prepared request (not NULL) pointed at input and output (integer addresses, None, or contiguous
- * buffers); 0, or -1 with a Python error set (naming the tensor and which buffer). */
+/* A copy of the prepared request (not NULL; request may be prepared itself, pointed in place) pointed at input and
+ * output (integer addresses, None, or contiguous buffers); 0, or -1 with a Python error set (naming the tensor and
+ * which buffer). */
 EXTENSION_INTERNAL int with_buffers(const hvdlite_request *prepared, PyObject *input, PyObject *output,
                                     PyObject *name, hvdlite_request *request);
 /* The address a request field takes from value (an int address, None for NULL, or a contiguous buffer, writable

@@ -157,16 +157,10 @@ static int group_init(PreparedGroup *self, PyObject *args, PyObject *kwargs) {
   return 0;
 }
 
-/* Points member i at its input and output buffers; 0, or -1 with an error naming the tensor and the buffer. */
+/* Points member i at its input and output buffers (with_buffers, in place); 0, or -1 with an error naming the tensor
+ * and the buffer. */
 static int point(PreparedGroup *self, Py_ssize_t i, PyObject *input, PyObject *output) {
-  PyObject *name = self->parts[i].name;
-  void *input_address = buffer_address(input, 0, "input", name);
-  if (PyErr_Occurred()) return -1;
-  void *output_address = buffer_address(output, 1, "output", name);
-  if (PyErr_Occurred()) return -1;
-  self->requests[i].input = input_address;
-  self->requests[i].output = output_address;
-  return 0;
+  return with_buffers(&self->requests[i], input, output, self->parts[i].name, &self->requests[i]);
 }
 
 /* Points every member at inputs[i] and outputs[i] (sequences of one buffer each); 0, or -1 with an error set (the

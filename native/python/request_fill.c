@@ -40,6 +40,12 @@ int process_set_id_of(PyObject *process_set) {
   return (int)id;
 }
 
+int raise_set_not_added(PyObject *name) {
+  PyErr_Format(PyExc_ValueError, "tensor '%S': this process set has not been added: call hvd.add_process_set() first",
+               name);
+  return -1;
+}
+
 void release_parts(RequestParts *parts) {
   Py_CLEAR(parts->name);
   PyMem_Free(parts->dims);
@@ -199,11 +205,7 @@ static int fill_fields(PyObject *request, hvdlite_request *c, RequestParts *part
   if (process_set == NULL) return -1;
   c->process_set_id = process_set_id_of(process_set);
   int failed = 0;
-  if (c->process_set_id < 0) {
-    PyErr_Format(PyExc_ValueError, "tensor '%S': this process set has not been added: call hvd.add_process_set() "
-                 "first", name);
-    failed = 1;
-  }
+  if (c->process_set_id < 0) failed = raise_set_not_added(name);
   PyObject *splits = failed ? NULL : PyObject_GetAttr(request, splits_attribute);
   if (!failed) failed = splits == NULL || (splits != Py_None && fill_splits(splits, process_set, c, parts) != 0);
   Py_XDECREF(splits);

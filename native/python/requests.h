@@ -26,6 +26,8 @@ EXTENSION_INTERNAL PyObject *raise_unsupported_dtype(PyObject *dtype_name, PyObj
 EXTENSION_INTERNAL PyObject *keepalive_of(PyObject *request);
 /* A ProcessSet's process_set_id (None: the global set, 0), or -1 with no error set when it has none (not added). */
 EXTENSION_INTERNAL int process_set_id_of(PyObject *process_set);
+/* ValueError: the tensor's process set was never added (hvd.add_process_set); returns -1. */
+EXTENSION_INTERNAL int raise_set_not_added(PyObject *name);
 /* A name for an unnamed tensor of this kind (a str) in this process set (or None): see request_fill.c. */
 EXTENSION_INTERNAL PyObject *auto_name(PyObject *kind, PyObject *process_set);
 
