@@ -98,6 +98,23 @@ def add_process_set(process_set):
     return process_set
 
 
+def add_process_set_of_members(ranks):
+    """The process set of these ranks, asked for by its members alone (the others need not call: a framework's
+    group made on its members only, as torch.distributed's new_group does); the set already added with these
+    ranks where there is one. Returns the ProcessSet."""
+    ranks = sorted(int(r) for r in ranks)
+    buffer = error_buffer()
+    handle = lib.hvdlite_add_process_set_of_members(ffi.new("int32_t[]", ranks), len(ranks), buffer, len(buffer))
+    if handle < 0:
+        _raise_enqueue_error(handle, buffer)
+    process_set_id = int(_wait_for_change(handle, f"add_process_set_of_members({ranks})"))
+    if process_set_id not in _added:
+        process_set = ProcessSet(ranks)
+        process_set.process_set_id = process_set_id
+        _added[process_set_id] = process_set
+    return _added[process_set_id]
+
+
 def remove_process_set(process_set):
     """Removes a process set on every rank; returns True if it existed."""
     if process_set.process_set_id in (None, 0):

@@ -96,7 +96,8 @@ int hvdlite_cross_rank(void) { return Core::Get().topology().cross_rank; }
 int hvdlite_cross_size(void) { return Core::Get().topology().cross_size; }
 int hvdlite_mpi_threads_supported(void) { return Core::Get().topology().threads_supported ? 1 : 0; }
 
-hvdlite_handle hvdlite_add_process_set(const int32_t *ranks, int32_t nranks, char *error, int error_len) {
+namespace {
+hvdlite_handle AddProcessSet(Collective change, const int32_t *ranks, int32_t nranks, char *error, int error_len) {
   std::vector<int32_t> sorted(ranks, ranks + std::max(0, nranks));
   std::sort(sorted.begin(), sorted.end());
   int size = Core::Get().topology().size;
@@ -106,9 +107,24 @@ hvdlite_handle hvdlite_add_process_set(const int32_t *ranks, int32_t nranks, cha
     CopyError("process set ranks must be distinct ranks in [0, " + std::to_string(size) + ")", error, error_len);
     return -1;
   }
-  hvdlite_handle h = Core::Get().EnqueueProcessSetChange(Collective::kAddProcessSet, sorted, &message);
+  if (change == Collective::kAddProcessSetOfMembers &&
+      !std::binary_search(sorted.begin(), sorted.end(), Core::Get().topology().rank)) {
+    CopyError("only the members of a process set may ask for it this way; rank " +
+                  std::to_string(Core::Get().topology().rank) + " is not one of them", error, error_len);
+    return -1;
+  }
+  hvdlite_handle h = Core::Get().EnqueueProcessSetChange(change, sorted, &message);
   if (h < 0) CopyError(message, error, error_len);
   return h;
+}
+}  // namespace
+
+hvdlite_handle hvdlite_add_process_set(const int32_t *ranks, int32_t nranks, char *error, int error_len) {
+  return AddProcessSet(Collective::kAddProcessSet, ranks, nranks, error, error_len);
+}
+
+hvdlite_handle hvdlite_add_process_set_of_members(const int32_t *ranks, int32_t nranks, char *error, int error_len) {
+  return AddProcessSet(Collective::kAddProcessSetOfMembers, ranks, nranks, error, error_len);
 }
 
 hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, int error_len) {

@@ -46,40 +46,64 @@ void Coordinator::TryComplete(const std::string &name, std::vector<Response> *re
   const Request *any = *std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
                                      [](const Request *r) { return r != nullptr; });
   bool is_join = any->collective == Collective::kJoin;
-  int32_t present = 0, joined_missing = 0;
-  for (int32_t r = 0; r < size_; ++r) {
-    if (entry.per_rank[r]) ++present;
-    else if (joined_[r] && !is_join) ++joined_missing;
-  }
-  if (present + joined_missing < size_) return;
-
-  Response response;
-  if (joined_missing > 0 && any->collective != Collective::kAllreduce) {
-    response.spec = *any;
-    std::ostringstream out;
-    out << CollectiveName(any->collective) << " of tensor '" << name
-        << "' cannot run while some ranks have joined (";
-    bool first = true;
-    for (int32_t r = 0; r < size_; ++r) {
-      if (joined_[r] && !entry.per_rank[r]) { out << (first ? "rank " : ", ") << r; first = false; }
+  if (any->collective == Collective::kAddProcessSetOfMembers) {
+    // Complete once the new set's members have asked; the other ranks only apply it.
+    for (int32_t r : any->ranks) {
+      if (r < 0 || r >= size_ || !entry.per_rank[r]) return;
     }
-    out << "); only allreduce accepts zeros from joined ranks";
-    response.error = out.str();
   } else {
-    response = AgreeOnResponse(entry.per_rank);
+    int32_t present = 0, joined_missing = 0;
+    for (int32_t r = 0; r < size_; ++r) {
+      if (entry.per_rank[r]) ++present;
+      else if (joined_[r] && !is_join) ++joined_missing;
+    }
+    if (present + joined_missing < size_) return;
+    if (joined_missing > 0 && any->collective != Collective::kAllreduce) {
+      ready->push_back(JoinedRanksError(entry, *any, name));
+      Forget(it);
+      return;
+    }
   }
+
+  Response response = AgreeOnResponse(entry.per_rank);
   if (is_join && response.ok()) {
     response.result = last_joined_;
     std::fill(joined_.begin(), joined_.end(), false);
     last_joined_ = -1;
   }
   ready->push_back(std::move(response));
+  Forget(it);
+}
+
+Response Coordinator::JoinedRanksError(const Entry &entry, const Request &any, const std::string &name) const {
+  Response response;
+  response.spec = any;
+  std::ostringstream out;
+  out << CollectiveName(any.collective) << " of tensor '" << name << "' cannot run while some ranks have joined (";
+  bool first = true;
+  for (int32_t r = 0; r < size_; ++r) {
+    if (joined_[r] && !entry.per_rank[r]) { out << (first ? "rank " : ", ") << r; first = false; }
+  }
+  out << "); only allreduce accepts zeros from joined ranks";
+  response.error = out.str();
+  return response;
+}
+
+void Coordinator::Forget(std::unordered_map<std::string, Entry>::iterator it) {
+  arrival_order_.erase(std::find(arrival_order_.begin(), arrival_order_.end(), it->first));
   table_.erase(it);
-  arrival_order_.erase(std::find(arrival_order_.begin(), arrival_order_.end(), name));
 }
 
 std::vector<int32_t> Coordinator::MissingRanks(const Entry &entry) const {
   std::vector<int32_t> missing;
+  const Request *any = *std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
+                                     [](const Request *r) { return r != nullptr; });
+  if (any->collective == Collective::kAddProcessSetOfMembers) {
+    for (int32_t r : any->ranks) {
+      if (r >= 0 && r < size_ && !entry.per_rank[r]) missing.push_back(r);
+    }
+    return missing;
+  }
   for (int32_t r = 0; r < size_; ++r) {
     if (!entry.per_rank[r] && !joined_[r]) missing.push_back(r);
   }

@@ -38,6 +38,8 @@ class Coordinator {
     Clock::time_point last_warned;
   };
   void TryComplete(const std::string &name, std::vector<Response> *ready);
+  Response JoinedRanksError(const Entry &entry, const Request &any, const std::string &name) const;
+  void Forget(std::unordered_map<std::string, Entry>::iterator it);
   std::vector<int32_t> MissingRanks(const Entry &entry) const;
 
   int32_t size_;

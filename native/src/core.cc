@@ -218,7 +218,16 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
   Entry e;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    e.request.name = std::string("__hvdlite.") + CollectiveName(change) + "." + std::to_string(process_set_changes_++);
+    // Every rank that asks counts its changes alike, except for an add of members, which only they ask for: its
+    // name is its ranks, the same on each of them.
+    std::string id = std::to_string(process_set_changes_);
+    if (change == Collective::kAddProcessSetOfMembers) {
+      id.clear();
+      for (int32_t r : ranks) id += (id.empty() ? "" : ",") + std::to_string(r);
+    } else {
+      ++process_set_changes_;
+    }
+    e.request.name = std::string("__hvdlite.") + CollectiveName(change) + "." + id;
   }
   e.request.collective = change;
   e.request.dtype = DataType::kUInt8;
@@ -645,6 +654,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
       set.joined = false;
       if (local) Finish(set, *local, "", response.result);
     } else if (response.spec.collective == Collective::kAddProcessSet ||
+               response.spec.collective == Collective::kAddProcessSetOfMembers ||
                response.spec.collective == Collective::kRemoveProcessSet) {
       changes.push_back(&response);
     } else {
@@ -683,12 +693,16 @@ void Core::ApplyProcessSetChange(const Response &response) {
   std::string error;
   int64_t result = 0;
   const std::vector<int32_t> &ranks = response.spec.ranks;
-  if (response.spec.collective == Collective::kAddProcessSet) {
+  if (response.spec.collective != Collective::kRemoveProcessSet) {
     const int32_t existing = sets_.IdOf(ranks);
-    if (existing >= 0) error = "a process set with these ranks already exists (id " + std::to_string(existing) + ")";
+    if (existing >= 0 && response.spec.collective == Collective::kAddProcessSetOfMembers) {
+      result = existing;  // members asking for their set again get it (a framework's group made twice)
+    } else if (existing >= 0) {
+      error = "a process set with these ranks already exists (id " + std::to_string(existing) + ")";
+    }
     // Every rank of the job takes part in the split; non-members get MPI_COMM_NULL.
     bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
-    if (error.empty()) {
+    if (error.empty() && existing < 0) {
       MPI_Comm comm;
       MPI_Comm_split(world_, member ? 0 : MPI_UNDEFINED, topology_.rank, &comm);
       result = sets_.Add(ranks, comm, settings_.cache_capacity);

@@ -116,7 +116,7 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
     check("root ranks", [](const Request &r) { return r.root_rank; },
           [](const Request &r) { return std::to_string(r.root_rank); });
   }
-  if (c == Collective::kAddProcessSet) {
+  if (c == Collective::kAddProcessSet || c == Collective::kAddProcessSetOfMembers) {
     check("process set ranks", [](const Request &r) { return r.ranks; },
           [](const Request &r) { return ShapeString(std::vector<int64_t>(r.ranks.begin(), r.ranks.end())); });
   }

@@ -27,8 +27,9 @@ enum class Collective : int32_t {
   kAllreduce = HVDLITE_ALLREDUCE, kAllgather = HVDLITE_ALLGATHER, kBroadcast = HVDLITE_BROADCAST,
   kAlltoall = HVDLITE_ALLTOALL, kReducescatter = HVDLITE_REDUCESCATTER, kBarrier = HVDLITE_BARRIER,
   kJoin = HVDLITE_JOIN,
-  // Internal: process-set changes travel through negotiation so every rank applies them in order.
-  kAddProcessSet = 100, kRemoveProcessSet = 101
+  // Internal: process-set changes travel through negotiation so every rank applies them in order. An add of
+  // members is asked for by the new set's members only (the others apply it when the coordinator sends it).
+  kAddProcessSet = 100, kRemoveProcessSet = 101, kAddProcessSetOfMembers = 102
 };
 
 inline bool IsValidDataType(int32_t d) { return d >= HVDLITE_UINT8 && d <= HVDLITE_UINT16; }
@@ -88,6 +89,7 @@ inline const char *CollectiveName(Collective c) {
     case Collective::kJoin: return "join";
     case Collective::kAddProcessSet: return "add_process_set";
     case Collective::kRemoveProcessSet: return "remove_process_set";
+    case Collective::kAddProcessSetOfMembers: return "add_process_set_of_members";
   }
   return "unknown";
 }

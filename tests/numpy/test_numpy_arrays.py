@@ -110,6 +110,30 @@ def test_name_changes_between_calls():
     hvd.remove_process_set(subset)
 
 
+def test_process_set_asked_for_by_its_members_only():
+    """A set that only its members ask for (torch.distributed's new_group calls the backend on members alone): the
+    other ranks apply it without asking, keep reducing on the global set meanwhile, and asking again gives the
+    same set."""
+    from hvdlite.process_sets import add_process_set_of_members
+    rank, size = hvd.rank(), hvd.size()
+    members = [size - 1, 0]  # any order
+    if rank in members:
+        subset = add_process_set_of_members(members)
+        assert subset.ranks == sorted(members) and subset.rank() == sorted(members).index(rank), subset
+        assert add_process_set_of_members(members).process_set_id == subset.process_set_id
+        x = rank_input("float64", (4,), rank, "sum", "members")
+        got = hvd.allreduce(x, name="members.only", op=hvd.Sum, process_set=subset)
+        want = reduce_reference([rank_input("float64", (4,), r, "sum", "members") for r in sorted(members)], "sum")
+        check_close("members.only", got, want, "float64", "")
+    x = rank_input("float32", (3,), rank, "sum", "after members")
+    got = hvd.allreduce(x, name="after.members", op=hvd.Sum)
+    check_close("after.members", got, reference("float32", (3,), "sum", size, "after members"), "float32", "")
+    # A non-member may not ask for it this way: a clear error at once, no negotiation.
+    if rank not in members:
+        assert_raises(ValueError, add_process_set_of_members, members, match=("not one of them",))
+    hvd.barrier()
+
+
 def test_arguments():
     rank, size = hvd.rank(), hvd.size()
     # allreduce and allreduce_async are C functions with Horovod's signature: every way of passing the
