@@ -27,3 +27,4 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgat
 from . import elastic  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from . import distributed  # noqa: F401  (registers the "hvdlite" torch.distributed backend)

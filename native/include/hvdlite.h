@@ -182,6 +182,8 @@ int hvdlite_wait(hvdlite_handle handle);
 /* Waits for every handle (a group): -1 if one is unknown, else 0 when all succeeded, or 1 + the index of
  * the first that failed (read its error, then release them all). */
 int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count);
+/* hvdlite_wait_all that gives up after timeout_seconds (a negative one: never), then returning -2 (pending). */
+int hvdlite_wait_all_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds);
 /* Copies the error message of a failed handle; returns its length (0 when there is none). */
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len);
 /* Integer result of the handle: join -> last rank to join; add_process_set -> new id. */

@@ -239,6 +239,14 @@ int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count) {
   return Core::Get().WaitAll(handles, std::max(0, count));
 }
 
+int hvdlite_wait_all_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds) {
+  if (!(timeout_seconds >= 0)) return hvdlite_wait_all(handles, count);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
+  return Core::Get().WaitAll(handles, std::max(0, count), deadline);
+}
+
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {
   int length = 0;
   Core::Get().handles().Read(handle, [&](const HandleState &s) {

@@ -86,7 +86,7 @@ int Core::EnqueueAndWait(const Submission *submissions, size_t count, int64_t *h
     if (code != 0) return code;
     ++callers_waiting_;  // before the wake: the background thread sees a waiter and starts at once
   }
-  return WaitAsCaller(handles, static_cast<int32_t>(count)) == 0 ? 0 : 1;
+  return WaitAsCaller(handles, static_cast<int32_t>(count), std::chrono::steady_clock::time_point::max()) == 0 ? 0 : 1;
 }
 
 std::string Core::CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits) {
@@ -405,7 +405,7 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
   TearDown();
 }
 
-int Core::WaitAll(const int64_t *handles, int32_t count) {
+int Core::WaitAll(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
   // Done (or unknown) already: no need to hurry anyone.
   const int known = handles_.ResultIfDone(handles, count);
   if (known != HandleTable::kPending) return known;
@@ -413,12 +413,12 @@ int Core::WaitAll(const int64_t *handles, int32_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++callers_waiting_;
   }
-  return WaitAsCaller(handles, count);
+  return WaitAsCaller(handles, count, deadline);
 }
 
-int Core::WaitAsCaller(const int64_t *handles, int32_t count) {
+int Core::WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
   work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
-  const int state = handles_.WaitAll(handles, count);
+  const int state = handles_.WaitAll(handles, count, deadline);
   callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
   return state;
 }

@@ -93,7 +93,8 @@ class Core {
   // Block (on the handle table's condition variable) until the handles are done. Wait: 0 success, 1 error,
   // -1 unknown handle; WaitAll: -1 unknown handle, 0 all succeeded, else 1 + the index of the first failure.
   int Wait(int64_t handle) { return WaitAll(&handle, 1); }
-  int WaitAll(const int64_t *handles, int32_t count);
+  int WaitAll(const int64_t *handles, int32_t count,
+              std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   HandleTable &handles() { return handles_; }
 
  private:
@@ -103,7 +104,7 @@ class Core {
   std::string CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits);
   // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
   // the handles (HandleTable::WaitAll's result) and lowers it.
-  int WaitAsCaller(const int64_t *handles, int32_t count);
+  int WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline);
   void ThreadMain(Settings settings, MPI_Comm parent);
   // One pass of the background thread's loop: take the queue, run a round of every process set and
   // execute what is ready. Returns false once a round agreed to shut down.

@@ -61,13 +61,18 @@ int HandleTable::ResultIfDoneLocked(const int64_t *handles, int32_t count) {
   return first_failure;
 }
 
-int HandleTable::WaitAll(const int64_t *handles, int32_t count) {
+int HandleTable::WaitAll(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   int first_failure = 0;
   for (int32_t i = 0; i < count; ++i) {
     HandleState *state = nullptr;
     // Looked up again on each wake-up: another thread may release the handle meanwhile.
-    done_.wait(lock, [&] { return !(state = Find(handles[i])) || state->done; });
+    auto finished = [&] { return !(state = Find(handles[i])) || state->done; };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      done_.wait(lock, finished);
+    } else if (!done_.wait_until(lock, deadline, finished)) {
+      return kPending;
+    }
     if (!state) return -1;
     if (!state->error.empty() && first_failure == 0) first_failure = i + 1;
   }

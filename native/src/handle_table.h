@@ -1,6 +1,7 @@
 // Handles: how a caller on any thread learns that its request finished, and with what.
 // The background thread completes them; callers poll or wait on one condition variable.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,9 @@ class HandleTable {
   // Several handles under one lock: AllDone is false while one is pending (unknown ones count as done);
   // WaitAll returns -1 for an unknown handle, else 0, or 1 + the index of the first that failed.
   bool AllDone(const int64_t *handles, int32_t count);
-  int WaitAll(const int64_t *handles, int32_t count);
+  // With a deadline: kPending once it has passed with a handle still pending.
+  int WaitAll(const int64_t *handles, int32_t count,
+              std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   // WaitAll's result where it would not block (under one lock), else kPending.
   static constexpr int kPending = -2;
   int ResultIfDone(const int64_t *handles, int32_t count);

@@ -1,0 +1,653 @@
+#include "backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+namespace hvdlite_c10d {
+
+namespace {
+
+constexpr int kErrorBytes = 4096;
+
+int32_t CoreDtype(const at::Tensor &t) {
+  switch (t.scalar_type()) {
+    case at::kByte: return HVDLITE_UINT8;
+    case at::kChar: return HVDLITE_INT8;
+    case at::kShort: return HVDLITE_INT16;
+    case at::kInt: return HVDLITE_INT32;
+    case at::kLong: return HVDLITE_INT64;
+    case at::kHalf: return HVDLITE_FLOAT16;
+    case at::kBFloat16: return HVDLITE_BFLOAT16;
+    case at::kFloat: return HVDLITE_FLOAT32;
+    case at::kDouble: return HVDLITE_FLOAT64;
+    case at::kBool: return HVDLITE_BOOL;
+    case at::kUInt16: return HVDLITE_UINT16;
+    default: return -1;
+  }
+}
+
+void CheckTensor(const at::Tensor &t, const char *collective) {
+  TORCH_CHECK(t.defined(), "hvdlite: ", collective, " got an undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "hvdlite: ", collective, " takes CPU tensors; got one on ", t.device(),
+              ". Put CUDA tensors on NCCL: init_process_group(backend=\"cpu:hvdlite,cuda:nccl\")");
+  TORCH_CHECK(t.layout() == at::kStrided, "hvdlite: ", collective, " takes dense tensors; got layout ", t.layout());
+  TORCH_CHECK_TYPE(CoreDtype(t) >= 0, "hvdlite: ", collective, " does not take dtype ", t.scalar_type(),
+                   " (it takes uint8, int8, int16, int32, int64, uint16, bool, float16, bfloat16, float32, "
+                   "float64)");
+}
+
+void CheckTensors(const std::vector<at::Tensor> &tensors, const char *collective) {
+  for (const at::Tensor &t : tensors) CheckTensor(t, collective);
+}
+
+// The core's reduction for op; sets *prescale for PREMUL_SUM. -1 for the bitwise ops (done another way).
+int32_t CoreOp(const c10d::ReduceOp &op, double *prescale) {
+  *prescale = 1.0;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return HVDLITE_OP_SUM;
+    case c10d::ReduceOp::AVG: return HVDLITE_OP_AVERAGE;
+    case c10d::ReduceOp::PRODUCT: return HVDLITE_OP_PRODUCT;
+    case c10d::ReduceOp::MIN: return HVDLITE_OP_MIN;
+    case c10d::ReduceOp::MAX: return HVDLITE_OP_MAX;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto *factor = dynamic_cast<c10d::PreMulSumSupplement *>(op.supplement_.get());
+      TORCH_CHECK(factor, "hvdlite: PREMUL_SUM without its factor");
+      *prescale = factor->tensor_factor.defined() ? factor->tensor_factor.item<double>() : factor->double_factor;
+      return HVDLITE_OP_SUM;
+    }
+    case c10d::ReduceOp::BAND: case c10d::ReduceOp::BOR: case c10d::ReduceOp::BXOR: return -1;
+    default: TORCH_CHECK_VALUE(false, "hvdlite: unsupported reduce op ", static_cast<int>(op.op_));
+  }
+}
+
+bool IsBitwise(const c10d::ReduceOp &op) {
+  return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR || op.op_ == c10d::ReduceOp::BXOR;
+}
+
+at::Tensor Flat(const at::Tensor &t) { return t.contiguous().view({-1}); }
+
+// Sum of numels, checked to fit the core's 32-bit splits.
+int32_t SplitOf(int64_t count, const char *collective) {
+  TORCH_CHECK_VALUE(count <= INT32_MAX, "hvdlite: ", collective, " sends at most 2^31-1 elements to one rank");
+  return static_cast<int32_t>(count);
+}
+
+// The core's output of a finished all-gather or all-to-all, as a flat tensor of dtype (valid until release).
+at::Tensor CoreOutput(hvdlite_handle handle, at::ScalarType dtype) {
+  int64_t nbytes = 0;
+  const void *data = hvdlite_handle_output_data(handle, &nbytes);
+  const int64_t count = nbytes / static_cast<int64_t>(c10::elementSize(dtype));
+  if (count == 0) return at::empty({0}, at::TensorOptions().dtype(dtype));
+  return at::from_blob(const_cast<void *>(data), {count}, at::TensorOptions().dtype(dtype));
+}
+
+// Copies consecutive pieces of flat into targets (their numels), checking that flat holds exactly that much.
+void Split(const at::Tensor &flat, const std::vector<at::Tensor> &targets, const char *collective) {
+  int64_t want = 0;
+  for (const at::Tensor &t : targets) want += t.numel();
+  TORCH_CHECK_VALUE(want == flat.numel(), "hvdlite: ", collective, ": the ranks sent ", flat.numel(),
+                    " elements in all, the output tensors hold ", want);
+  int64_t offset = 0;
+  for (const at::Tensor &t : targets) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+}  // namespace
+
+HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::vector<int64_t> global_ranks,
+                               std::string group_name, std::chrono::milliseconds timeout)
+    : Backend(rank, size),
+      set_id_(process_set_id),
+      global_ranks_(std::move(global_ranks)),
+      group_name_(std::move(group_name)),
+      timeout_(timeout),
+      completer_(std::make_unique<Completer>()) {}
+
+HvdliteBackend::~HvdliteBackend() {
+  completer_.reset();  // every Work handed out is finished first
+  for (auto &pair : pair_sets_) {
+    if (pair.second.adding > 0) hvdlite_release(pair.second.adding);
+  }
+}
+
+std::string HvdliteBackend::NextName(const char *collective) {
+  return "c10d." + group_name_ + "." + std::to_string(calls_++);
+}
+
+HvdliteBackend::Request HvdliteBackend::MakeRequest(int32_t collective, const std::string &name,
+                                                    const at::Tensor &input, void *output) const {
+  Request r;
+  r.name = name;
+  if (input.defined()) r.shape.assign(input.sizes().begin(), input.sizes().end());
+  hvdlite_request &q = r.request;
+  q.collective = collective;
+  q.dtype = input.defined() ? CoreDtype(input) : HVDLITE_UINT8;
+  q.ndim = static_cast<int32_t>(r.shape.size());
+  q.input = input.defined() ? input.data_ptr() : nullptr;
+  q.output = output;
+  q.reduce_op = HVDLITE_OP_SUM;
+  q.prescale_factor = 1.0;
+  q.postscale_factor = 1.0;
+  q.process_set_id = set_id_;
+  return r;
+}
+
+std::vector<hvdlite_handle> HvdliteBackend::Enqueue(std::vector<Request> &requests, const std::string &what) const {
+  std::vector<hvdlite_request> plain;
+  for (Request &r : requests) {
+    r.request.name = r.name.c_str();
+    r.request.shape = r.shape.data();
+    r.request.splits = r.splits.empty() ? nullptr : r.splits.data();
+    plain.push_back(r.request);
+  }
+  std::vector<hvdlite_handle> handles(plain.size());
+  char error[kErrorBytes] = {0};
+  int code;
+  if (plain.size() == 1) {
+    handles[0] = hvdlite_enqueue(plain.data(), error, kErrorBytes);
+    code = handles[0] < 0 ? static_cast<int>(handles[0]) : 0;
+  } else {
+    code = plain.empty() ? 0 : hvdlite_enqueue_group(plain.data(), static_cast<int32_t>(plain.size()),
+                                                     handles.data(), error, kErrorBytes);
+  }
+  if (code == -3) C10_THROW_ERROR(DistBackendError, "hvdlite: " + what + ": " + error);
+  TORCH_CHECK_VALUE(code == 0, "hvdlite: ", what, ": ", error);
+  return handles;
+}
+
+c10::intrusive_ptr<HvdliteWork> HvdliteBackend::NewWork(c10d::OpType type, const std::string &what,
+                                                        std::vector<at::Tensor> outputs) const {
+  return c10::make_intrusive<HvdliteWork>(rank_, type, what + " of process group '" + group_name_ + "'",
+                                          std::move(outputs), timeout_);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::Start(c10::intrusive_ptr<HvdliteWork> work) {
+  completer_->Add(work);
+  return work;
+}
+
+// ---- all-reduce and reduce ----
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+                                                      const c10d::ReduceOp &op, c10d::OpType type,
+                                                      const char *collective, std::vector<at::Tensor> outputs,
+                                                      std::function<void()> after) {
+  CheckTensors(tensors, collective);
+  TORCH_CHECK_VALUE(!IsBitwise(op) || !after, "hvdlite: ", collective, " does not take bitwise ops here");
+  if (IsBitwise(op)) return ReduceBitwise(std::move(tensors), std::move(results), op, type, collective);
+  double prescale;
+  const int32_t core_op = CoreOp(op, &prescale);
+  std::vector<at::Tensor> buffers;
+  std::vector<Request> requests;
+  for (const at::Tensor &t : tensors) {
+    at::Tensor buffer = t.contiguous();
+    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(collective), buffer, buffer.data_ptr());
+    r.request.reduce_op = core_op;
+    r.request.prescale_factor = prescale;
+    requests.push_back(std::move(r));
+    buffers.push_back(buffer);
+  }
+  auto work = NewWork(type, collective, outputs.empty() ? results : outputs);
+  work->finish = [tensors, buffers, results, after](const std::vector<hvdlite_handle> &) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      // Results land in place: copied back where a contiguous copy stood in, or into the caller's tensor (reduce).
+      if (!results[i].is_same(buffers[i])) results[i].copy_(buffers[i]);
+    }
+    if (after) after();
+  };
+  work->keep_alive = buffers;
+  work->handles = Enqueue(requests, collective);
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceBitwise(std::vector<at::Tensor> tensors,
+                                                             std::vector<at::Tensor> results,
+                                                             const c10d::ReduceOp &op, c10d::OpType type,
+                                                             const char *collective) {
+  // The core reduces arithmetic ops only; bitwise ones (flags, masks: small tensors) gather every rank's
+  // tensor and reduce here, in rank order.
+  for (const at::Tensor &t : tensors) {
+    TORCH_CHECK_TYPE(!at::isFloatingType(t.scalar_type()), "hvdlite: ", collective,
+                     " with a bitwise op (BAND, BOR, BXOR) takes integer or bool tensors; got ", t.scalar_type());
+  }
+  const auto kind = op.op_;
+  const int size = size_;
+  std::vector<at::Tensor> inputs = tensors;
+  return Gather(inputs, results, type, collective,
+                [tensors, results, kind, size](size_t i, const at::Tensor &gathered) {
+                  at::Tensor rows = gathered.view({size, -1});
+                  at::Tensor acc = rows[0].clone();
+                  for (int r = 1; r < size; ++r) {
+                    if (kind == c10d::ReduceOp::BAND) acc.bitwise_and_(rows[r]);
+                    else if (kind == c10d::ReduceOp::BOR) acc.bitwise_or_(rows[r]);
+                    else acc.bitwise_xor_(rows[r]);
+                  }
+                  results[i].copy_(acc.view(results[i].sizes()));
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::allreduce(std::vector<at::Tensor> &tensors,
+                                                         const c10d::AllreduceOptions &opts) {
+  return Reduce(tensors, tensors, opts.reduceOp, c10d::OpType::ALLREDUCE, "allreduce");
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                                   const c10d::AllreduceCoalescedOptions &opts) {
+  return Reduce(tensors, tensors, opts.reduceOp, c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce(std::vector<at::Tensor> &tensors,
+                                                      const c10d::ReduceOptions &opts) {
+  CheckTensors(tensors, "reduce");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: reduce to rank ", opts.rootRank,
+                    " of a group of ", size_);
+  // Reduced on a copy: only the root's tensor receives the result.
+  std::vector<at::Tensor> scratch;
+  for (const at::Tensor &t : tensors) scratch.push_back(t.clone(at::MemoryFormat::Contiguous));
+  std::vector<at::Tensor> results = rank_ == opts.rootRank ? tensors : scratch;
+  return Reduce(scratch, results, opts.reduceOp, c10d::OpType::REDUCE, "reduce");
+}
+
+// ---- all-gather, gather ----
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                                                      c10d::OpType type, const char *collective,
+                                                      std::function<void(size_t, const at::Tensor &)> place) {
+  CheckTensors(inputs, collective);
+  std::vector<at::Tensor> flats;
+  std::vector<Request> requests;
+  for (const at::Tensor &t : inputs) {
+    at::Tensor flat = Flat(t);
+    requests.push_back(MakeRequest(HVDLITE_ALLGATHER, NextName(collective), flat, nullptr));
+    flats.push_back(flat);
+  }
+  auto work = NewWork(type, collective, outputs);
+  std::vector<at::ScalarType> dtypes;
+  for (const at::Tensor &t : inputs) dtypes.push_back(t.scalar_type());
+  work->finish = [place, dtypes](const std::vector<hvdlite_handle> &handles) {
+    for (size_t i = 0; i < handles.size(); ++i) place(i, CoreOutput(handles[i], dtypes[i]));
+  };
+  work->keep_alive = flats;
+  work->handles = Enqueue(requests, collective);
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                         std::vector<at::Tensor> &inputs,
+                                                         const c10d::AllgatherOptions &) {
+  TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == 1, "hvdlite: allgather takes one tensor per rank");
+  TORCH_CHECK_VALUE(static_cast<int>(outputs[0].size()) == size_, "hvdlite: allgather needs ", size_,
+                    " output tensors (one per rank of the group); got ", outputs[0].size());
+  CheckTensors(outputs[0], "allgather");
+  std::vector<at::Tensor> targets = outputs[0];
+  return Gather(inputs, targets, c10d::OpType::ALLGATHER, "allgather",
+                [targets](size_t, const at::Tensor &gathered) { Split(gathered, targets, "allgather"); });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                               const c10d::AllgatherOptions &) {
+  CheckTensor(output, "all_gather_into_tensor");
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "hvdlite: all_gather_into_tensor needs an output of ",
+                    size_, " x ", input.numel(), " elements; got ", output.numel());
+  at::Tensor target = output;
+  return Gather({input}, {output}, c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor",
+                [target](size_t, const at::Tensor &gathered) { Split(gathered, {target}, "all_gather_into_tensor"); });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                                   std::vector<at::Tensor> &inputs,
+                                                                   const c10d::AllgatherOptions &) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "hvdlite: allgather_coalesced needs one output list per input");
+  std::vector<at::Tensor> all;
+  for (const auto &list : outputs) {
+    TORCH_CHECK_VALUE(static_cast<int>(list.size()) == size_, "hvdlite: allgather_coalesced needs ", size_,
+                      " outputs per input");
+    CheckTensors(list, "allgather_coalesced");
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  auto lists = outputs;
+  return Gather(inputs, all, c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced",
+                [lists](size_t i, const at::Tensor &gathered) { Split(gathered, lists[i], "allgather_coalesced"); });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                               std::vector<at::Tensor> &inputs,
+                                                                               const c10d::AllgatherOptions &) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "hvdlite: allgather_into_tensor_coalesced needs one output "
+                    "per input");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    CheckTensor(outputs[i], "allgather_into_tensor_coalesced");
+    TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * size_, "hvdlite: allgather_into_tensor_coalesced "
+                      "needs outputs of ", size_, " x their input's elements");
+  }
+  std::vector<at::Tensor> targets = outputs;
+  return Gather(inputs, outputs, c10d::OpType::COALESCED, "allgather_into_tensor_coalesced",
+                [targets](size_t i, const at::Tensor &gathered) {
+                  Split(gathered, {targets[i]}, "allgather_into_tensor_coalesced");
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                      std::vector<at::Tensor> &inputs,
+                                                      const c10d::GatherOptions &opts) {
+  TORCH_CHECK_VALUE(inputs.size() == 1, "hvdlite: gather takes one tensor per rank");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: gather to rank ", opts.rootRank,
+                    " of a group of ", size_);
+  std::vector<at::Tensor> targets;
+  if (rank_ == opts.rootRank) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                      "hvdlite: gather needs ", size_, " output tensors on the root");
+    CheckTensors(outputs[0], "gather");
+    targets = outputs[0];
+  }
+  // Every rank receives the gathered tensor (an all-gather): the root keeps it.
+  return Gather(inputs, targets, c10d::OpType::GATHER, "gather", [targets](size_t, const at::Tensor &gathered) {
+    if (!targets.empty()) Split(gathered, targets, "gather");
+  });
+}
+
+// ---- scatter, all-to-all ----
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &outputs,
+                                                       std::vector<std::vector<at::Tensor>> &inputs,
+                                                       const c10d::ScatterOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == 1, "hvdlite: scatter takes one output tensor per rank");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: scatter from rank ", opts.rootRank,
+                    " of a group of ", size_);
+  at::Tensor output = outputs[0];
+  CheckTensor(output, "scatter");
+  // An all-to-all in which only the root sends: its pieces, one per rank.
+  at::Tensor send;
+  std::vector<int32_t> splits(size_, 0);
+  if (rank_ == opts.rootRank) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "hvdlite: scatter needs ",
+                      size_, " input tensors on the root");
+    CheckTensors(inputs[0], "scatter");
+    std::vector<at::Tensor> flats;
+    for (int r = 0; r < size_; ++r) {
+      TORCH_CHECK_TYPE(inputs[0][r].scalar_type() == output.scalar_type(), "hvdlite: scatter's inputs and output "
+                       "need one dtype");
+      flats.push_back(Flat(inputs[0][r]));
+      splits[r] = SplitOf(inputs[0][r].numel(), "scatter");
+    }
+    send = at::cat(flats);
+  } else {
+    send = at::empty({0}, output.options());
+  }
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("scatter"), send, nullptr);
+  r.splits = splits;
+  std::vector<Request> requests{std::move(r)};
+  auto work = NewWork(c10d::OpType::SCATTER, "scatter", outputs);
+  const at::ScalarType dtype = output.scalar_type();
+  work->finish = [output, dtype](const std::vector<hvdlite_handle> &handles) {
+    Split(CoreOutput(handles[0], dtype), {output}, "scatter");
+  };
+  work->keep_alive = {send};
+  work->handles = Enqueue(requests, "scatter");
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                             std::vector<int64_t> &output_split_sizes,
+                                                             std::vector<int64_t> &input_split_sizes,
+                                                             const c10d::AllToAllOptions &) {
+  CheckTensor(input, "all_to_all_single");
+  CheckTensor(output, "all_to_all_single");
+  TORCH_CHECK_VALUE(input.dim() >= 1, "hvdlite: all_to_all_single needs at least one dimension");
+  at::Tensor send = input.contiguous();
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("alltoall_base"), send, nullptr);
+  if (input_split_sizes.empty()) {
+    TORCH_CHECK_VALUE(input.size(0) % size_ == 0, "hvdlite: all_to_all_single without splits needs a first "
+                      "dimension divisible by the group's size ", size_, "; got ", input.size(0));
+  } else {
+    TORCH_CHECK_VALUE(static_cast<int>(input_split_sizes.size()) == size_, "hvdlite: all_to_all_single needs ",
+                      size_, " input split sizes; got ", input_split_sizes.size());
+    for (int64_t s : input_split_sizes) r.splits.push_back(SplitOf(s, "all_to_all_single"));
+  }
+  std::vector<Request> requests{std::move(r)};
+  auto work = NewWork(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output});
+  const int size = size_;
+  std::vector<int64_t> expected = output_split_sizes;
+  work->finish = [output, expected, size](const std::vector<hvdlite_handle> &handles) {
+    if (!expected.empty()) {
+      std::vector<int32_t> received(size);
+      hvdlite_handle_received_splits(handles[0], received.data(), size);
+      for (int r = 0; r < size; ++r) {
+        TORCH_CHECK_VALUE(received[r] == expected[r], "hvdlite: all_to_all_single: rank ", r, " sent ",
+                          received[r], " rows; output_split_sizes expected ", expected[r]);
+      }
+    }
+    Split(CoreOutput(handles[0], output.scalar_type()), {output}, "all_to_all_single");
+  };
+  work->keep_alive = {send};
+  work->handles = Enqueue(requests, "all_to_all_single");
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> &outputs,
+                                                        std::vector<at::Tensor> &inputs,
+                                                        const c10d::AllToAllOptions &) {
+  TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+                    "hvdlite: all_to_all needs ", size_, " input and output tensors");
+  CheckTensors(inputs, "all_to_all");
+  CheckTensors(outputs, "all_to_all");
+  std::vector<at::Tensor> flats;
+  std::vector<int32_t> splits;
+  for (const at::Tensor &t : inputs) {
+    TORCH_CHECK_TYPE(t.scalar_type() == inputs[0].scalar_type(), "hvdlite: all_to_all's tensors need one dtype");
+    flats.push_back(Flat(t));
+    splits.push_back(SplitOf(t.numel(), "all_to_all"));
+  }
+  at::Tensor send = at::cat(flats);
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("alltoall"), send, nullptr);
+  r.splits = splits;
+  std::vector<Request> requests{std::move(r)};
+  auto work = NewWork(c10d::OpType::ALLTOALL, "all_to_all", outputs);
+  std::vector<at::Tensor> targets = outputs;
+  work->finish = [targets](const std::vector<hvdlite_handle> &handles) {
+    Split(CoreOutput(handles[0], targets[0].scalar_type()), targets, "all_to_all");
+  };
+  work->keep_alive = {send};
+  work->handles = Enqueue(requests, "all_to_all");
+  return Start(work);
+}
+
+// ---- broadcast, reduce-scatter, barrier ----
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor> &tensors,
+                                                         const c10d::BroadcastOptions &opts) {
+  CheckTensors(tensors, "broadcast");
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: broadcast from rank ", opts.rootRank,
+                    " of a group of ", size_);
+  std::vector<at::Tensor> buffers;
+  std::vector<Request> requests;
+  for (const at::Tensor &t : tensors) {
+    at::Tensor buffer = t.contiguous();
+    Request r = MakeRequest(HVDLITE_BROADCAST, NextName("broadcast"), buffer, buffer.data_ptr());
+    r.request.root_rank = static_cast<int32_t>(opts.rootRank);
+    requests.push_back(std::move(r));
+    buffers.push_back(buffer);
+  }
+  auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors);
+  std::vector<at::Tensor> targets = tensors;
+  work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!targets[i].is_same(buffers[i])) targets[i].copy_(buffers[i]);
+    }
+  };
+  work->keep_alive = buffers;
+  work->handles = Enqueue(requests, "broadcast");
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at::Tensor> outputs,
+                                                                 std::vector<at::Tensor> inputs,
+                                                                 const c10d::ReduceOp &op, const char *collective) {
+  CheckTensors(inputs, collective);
+  CheckTensors(outputs, collective);
+  TORCH_CHECK_VALUE(!IsBitwise(op), "hvdlite: ", collective, " does not take bitwise ops (BAND, BOR, BXOR)");
+  double prescale;
+  const int32_t core_op = CoreOp(op, &prescale);
+  std::vector<at::Tensor> keep;
+  std::vector<at::Tensor> received;
+  std::vector<Request> requests;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_, "hvdlite: ", collective, " needs an input of ",
+                      size_, " x its output's ", outputs[i].numel(), " elements; got ", inputs[i].numel());
+    at::Tensor flat = Flat(inputs[i]);
+    at::Tensor out = outputs[i].contiguous();
+    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(collective), flat, out.data_ptr());
+    r.request.reduce_op = core_op;
+    r.request.prescale_factor = prescale;
+    requests.push_back(std::move(r));
+    keep.push_back(flat);
+    keep.push_back(out);
+    received.push_back(out);
+  }
+  auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs);
+  work->finish = [outputs, received](const std::vector<hvdlite_handle> &) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].is_same(received[i])) outputs[i].copy_(received[i].view(outputs[i].sizes()));
+    }
+  };
+  work->keep_alive = keep;
+  work->handles = Enqueue(requests, collective);
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                              std::vector<std::vector<at::Tensor>> &inputs,
+                                                              const c10d::ReduceScatterOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                    "hvdlite: reduce_scatter takes one output and ", size_, " inputs per rank");
+  CheckTensors(inputs[0], "reduce_scatter");
+  std::vector<at::Tensor> flats;
+  bool even = true;
+  for (const at::Tensor &t : inputs[0]) {
+    flats.push_back(Flat(t));
+    even = even && t.numel() == outputs[0].numel();
+  }
+  at::Tensor all = at::cat(flats);
+  if (even) return ReduceScatterEven(outputs, {all}, opts.reduceOp, "reduce_scatter");
+  // Pieces of different sizes: all-reduce them all, keep this rank's.
+  int64_t offset = 0;
+  for (int r = 0; r < rank_; ++r) offset += inputs[0][r].numel();
+  TORCH_CHECK_VALUE(inputs[0][rank_].numel() == outputs[0].numel(), "hvdlite: reduce_scatter: this rank's output "
+                    "holds ", outputs[0].numel(), " elements, its piece of the input ", inputs[0][rank_].numel());
+  at::Tensor mine = all.narrow(0, offset, outputs[0].numel());
+  at::Tensor output = outputs[0];
+  return Reduce({all}, {all}, opts.reduceOp, c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs,
+                [output, mine] { output.copy_(mine.view(output.sizes())); });
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                    const c10d::ReduceScatterOptions &opts) {
+  return ReduceScatterEven({output}, {input}, opts.reduceOp, "reduce_scatter_tensor");
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                               std::vector<at::Tensor> &inputs,
+                                                                               const c10d::ReduceScatterOptions &opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "hvdlite: reduce_scatter_tensor_coalesced needs one output per "
+                    "input");
+  return ReduceScatterEven(outputs, inputs, opts.reduceOp, "reduce_scatter_tensor_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::barrier(const c10d::BarrierOptions &) {
+  Request r = MakeRequest(HVDLITE_BARRIER, NextName("barrier"), at::Tensor(), nullptr);
+  std::vector<Request> requests{std::move(r)};
+  auto work = NewWork(c10d::OpType::BARRIER, "barrier", {});
+  work->handles = Enqueue(requests, "barrier");
+  return Start(work);
+}
+
+// ---- send, recv ----
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tensor> &tensors, int peer, int tag,
+                                                            bool sending) {
+  const char *what = sending ? "send" : "recv";
+  TORCH_CHECK_VALUE(tensors.size() == 1, "hvdlite: ", what, " takes one tensor");
+  CheckTensors(tensors, what);
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size_ && peer != rank_, "hvdlite: ", what, " with rank ", peer,
+                    " of a group of ", size_, " (this is rank ", rank_, ")");
+  const int source = sending ? rank_ : peer;
+  const int destination = sending ? peer : rank_;
+  at::Tensor target = tensors[0];
+  at::Tensor buffer = target.contiguous();
+  std::string name;
+  int32_t set_id = -1;
+  hvdlite_handle adding = 0;
+  {
+    // Messages between two ranks with one tag are matched in the order they were sent, as MPI matches them.
+    std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+    uint64_t &count = messages_[std::make_tuple(source, destination, tag)];
+    name = "c10d." + group_name_ + ".p2p." + std::to_string(source) + "." + std::to_string(destination) + "." +
+           std::to_string(tag) + "." + std::to_string(count++);
+    PairSet &pair = pair_sets_[peer];
+    if (pair.id < 0 && pair.adding == 0) {
+      // The pair's process set, asked for by the two of them alone, in the background: a send does not wait
+      // for its peer to get there.
+      int32_t ranks[2] = {static_cast<int32_t>(global_ranks_[rank_]), static_cast<int32_t>(global_ranks_[peer])};
+      char error[kErrorBytes] = {0};
+      pair.adding = hvdlite_add_process_set_of_members(ranks, 2, error, kErrorBytes);
+      if (pair.adding < 0) {
+        pair.adding = 0;
+        TORCH_CHECK(false, "hvdlite: ", what, ": ", error);
+      }
+    }
+    set_id = pair.id;
+    adding = pair.adding;
+  }
+  // In the pair's set, the rank with the lower rank in the job is 0.
+  const int32_t root = (global_ranks_[source] < global_ranks_[destination]) ? 0 : 1;
+  auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors);
+  auto enqueue = [this, name, buffer, root, what](int32_t id) {
+    Request r = MakeRequest(HVDLITE_BROADCAST, name, buffer, buffer.data_ptr());
+    r.request.root_rank = root;
+    r.request.process_set_id = id;
+    std::vector<Request> requests{std::move(r)};
+    return Enqueue(requests, what);
+  };
+  if (set_id >= 0) {
+    work->handles = enqueue(set_id);
+  } else {
+    work->handles = {adding};
+    work->handles_borrowed = true;
+    work->next_stage = [this, enqueue, peer](const std::vector<hvdlite_handle> &added) {
+      const int32_t id = static_cast<int32_t>(hvdlite_handle_result(added[0]));
+      {
+        std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+        pair_sets_[peer].id = id;
+      }
+      return enqueue(id);
+    };
+  }
+  if (!sending) {
+    work->finish = [target, buffer](const std::vector<hvdlite_handle> &) {
+      if (!target.is_same(buffer)) target.copy_(buffer);
+    };
+  }
+  work->keep_alive = {buffer};
+  return Start(work);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::send(std::vector<at::Tensor> &tensors, int dst_rank, int tag) {
+  return PointToPoint(tensors, dst_rank, tag, true);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::recv(std::vector<at::Tensor> &tensors, int src_rank, int tag) {
+  return PointToPoint(tensors, src_rank, tag, false);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::recvAnysource(std::vector<at::Tensor> &, int) {
+  TORCH_CHECK(false, "hvdlite: recv from any source is not supported: name the source rank (hvdlite matches "
+              "messages by the pair of ranks, without MPI_ANY_SOURCE, which loses messages on some MPI network "
+              "layers)");
+}
+
+}  // namespace hvdlite_c10d

@@ -1,0 +1,129 @@
+// hvdlite as a torch.distributed (c10d) backend: each collective of a process group becomes requests to hvdlite's
+// core on the group's process set, named by the group and the call's place in it (every rank calls a group's
+// collectives in the same order, as c10d requires), so the core's negotiation matches them across ranks and
+// reports a disagreement (dtype, shape, op) on every rank. CPU tensors only: a job puts its CUDA tensors on NCCL
+// with the backend string "cpu:hvdlite,cuda:nccl".
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <atomic>
+#include <functional>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "work.h"
+
+namespace hvdlite_c10d {
+
+class HvdliteBackend : public c10d::Backend {
+ public:
+  // rank/size: this rank's place in the group; process_set_id: the core's set of the group's ranks;
+  // global_ranks: the group's ranks in the job, in group order; group_name: the same on every rank.
+  HvdliteBackend(int rank, int size, int32_t process_set_id, std::vector<int64_t> global_ranks,
+                 std::string group_name, std::chrono::milliseconds timeout);
+  ~HvdliteBackend() override;
+
+  const std::string getBackendName() const override { return "hvdlite"; }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return calls_.load(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                     const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                               std::vector<int64_t> &output_split_sizes,
+                                               std::vector<int64_t> &input_split_sizes,
+                                               const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
+
+ private:
+  // One request to the core, built from a tensor (its dims kept for the request's shape pointer).
+  struct Request {
+    hvdlite_request request{};
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<int32_t> splits;
+  };
+  Request MakeRequest(int32_t collective, const std::string &name, const at::Tensor &input, void *output) const;
+  // Enqueues the requests (a group when there are several: fused where they can be); throws with the core's reason.
+  std::vector<hvdlite_handle> Enqueue(std::vector<Request> &requests, const std::string &what) const;
+  c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what,
+                                          std::vector<at::Tensor> outputs) const;
+  c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work);
+  std::string NextName(const char *collective);  // "c10d.<group>.<call>"
+
+  // All-reduce of tensors in place with op (bitwise ops through an all-gather); the shared part of allreduce,
+  // allreduce_coalesced and reduce.
+  // results: where each tensor's result goes (the tensor itself, or the caller's where tensors are copies);
+  // outputs: the Work's result where it is not results; after: runs once the results are in place.
+  c10::intrusive_ptr<c10d::Work> Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+                                        const c10d::ReduceOp &op, c10d::OpType type, const char *collective,
+                                        std::vector<at::Tensor> outputs = {}, std::function<void()> after = {});
+  c10::intrusive_ptr<c10d::Work> ReduceBitwise(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
+                                               const c10d::ReduceOp &op, c10d::OpType type, const char *collective);
+  // All-gathers of each input, flattened; each gathered buffer is handed to place with its index.
+  c10::intrusive_ptr<c10d::Work> Gather(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                                        c10d::OpType type, const char *collective,
+                                        std::function<void(size_t, const at::Tensor &)> place);
+  c10::intrusive_ptr<c10d::Work> ReduceScatterEven(std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
+                                                   const c10d::ReduceOp &op, const char *collective);
+  // A send or receive: a broadcast on the process set of this rank and the peer.
+  c10::intrusive_ptr<c10d::Work> PointToPoint(std::vector<at::Tensor> &tensors, int peer, int tag, bool sending);
+
+  const int32_t set_id_;
+  const std::vector<int64_t> global_ranks_;
+  const std::string group_name_;
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> calls_{0};
+  std::mutex point_to_point_mutex_;
+  struct PairSet {
+    int32_t id = -1;            // the process set of this rank and the peer, once made
+    hvdlite_handle adding = 0;  // the request that makes it (kept until the backend goes: Works wait on it)
+  };
+  std::map<int, PairSet> pair_sets_;                    // peer (group rank) -> the pair's process set
+  std::map<std::tuple<int, int, int>, uint64_t> messages_;  // (source, destination, tag) -> messages so far
+  std::unique_ptr<Completer> completer_;
+};
+
+}  // namespace hvdlite_c10d

@@ -1,0 +1,178 @@
+#include "work.h"
+
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+namespace hvdlite_c10d {
+
+namespace {
+
+std::exception_ptr BackendError(const std::string &message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::string HandleError(hvdlite_handle handle) {
+  char buffer[4096];
+  const int length = hvdlite_handle_error(handle, buffer, sizeof(buffer));
+  return length > 0 ? std::string(buffer) : std::string("unknown error");
+}
+
+}  // namespace
+
+HvdliteWork::HvdliteWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+                         std::chrono::milliseconds default_timeout)
+    : Work(rank, type),
+      what_(std::move(what)),
+      outputs_(std::move(outputs)),
+      default_timeout_(default_timeout),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+HvdliteWork::~HvdliteWork() {
+  // Finished Works have released their handles; one never started (its Stage threw) releases what it holds.
+  if (!handles.empty() && !handles_borrowed) hvdlite_release_all(handles.data(), static_cast<int32_t>(handles.size()));
+}
+
+bool HvdliteWork::Drive(double timeout_seconds) {
+  std::lock_guard<std::mutex> driving(drive_mutex_);
+  return DriveLocked(timeout_seconds);
+}
+
+bool HvdliteWork::DriveLocked(double timeout_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_) return true;
+    }
+    double left = -1;
+    if (timeout_seconds >= 0) {
+      left = timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (left < 0) left = 0;
+    }
+    const int32_t count = static_cast<int32_t>(handles.size());
+    const int state = hvdlite_wait_all_for(handles.data(), count, left);
+    if (state == -2) return false;
+    std::exception_ptr error;
+    if (state == -1) {
+      error = BackendError("hvdlite: " + what_ + ": the core no longer knows its requests (was it shut down?)");
+    } else if (state > 0) {
+      error = BackendError("hvdlite: " + what_ + " failed: " + HandleError(handles[state - 1]));
+    } else if (next_stage) {
+      Stage stage = std::move(next_stage);
+      next_stage = nullptr;
+      std::vector<hvdlite_handle> next;
+      std::exception_ptr failed;
+      try {
+        next = stage(handles);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      ReleaseHandles();
+      handles = std::move(next);
+      if (failed) {
+        Complete(failed);
+        return true;
+      }
+      continue;
+    } else if (finish) {
+      try {
+        finish(handles);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    ReleaseHandles();
+    Complete(error);
+    return true;
+  }
+}
+
+void HvdliteWork::ReleaseHandles() {
+  if (!handles_borrowed) hvdlite_release_all(handles.data(), static_cast<int32_t>(handles.size()));
+  handles.clear();
+  handles_borrowed = false;
+}
+
+void HvdliteWork::Complete(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+    exception_ = error;
+  }
+  keep_alive.clear();
+  finish = nullptr;
+  cv_.notify_all();
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+bool HvdliteWork::wait(std::chrono::milliseconds timeout) {
+  const std::chrono::milliseconds limit = timeout == ::kNoTimeout ? default_timeout_ : timeout;
+  const double seconds = limit.count() > 0 ? limit.count() / 1000.0 : -1;
+  // Drive it here where nobody else does (also on a thread that a future's callback runs on); else the thread
+  // that drives it tells this one when it is done.
+  std::unique_lock<std::mutex> driving(drive_mutex_, std::try_to_lock);
+  bool done;
+  if (driving.owns_lock()) {
+    done = DriveLocked(seconds);
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto finished = [&] { return completed_; };
+    if (seconds < 0) {
+      cv_.wait(lock, finished);
+      done = true;
+    } else {
+      done = cv_.wait_for(lock, std::chrono::duration<double>(seconds), finished);
+    }
+  }
+  if (!done) {
+    C10_THROW_ERROR(DistBackendError, "hvdlite: " + what_ + " did not finish within " +
+                                          std::to_string(seconds) + " s (the process group's timeout)");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+Completer::Completer() : thread_([this] { Loop(); }) {}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_one();
+  thread_.join();
+}
+
+void Completer::Add(c10::intrusive_ptr<HvdliteWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(work));
+  }
+  queued_.notify_one();
+}
+
+void Completer::Loop() {
+  for (;;) {
+    c10::intrusive_ptr<HvdliteWork> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    work->Drive(-1);
+  }
+}
+
+}  // namespace hvdlite_c10d

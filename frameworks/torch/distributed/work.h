@@ -1,0 +1,84 @@
+// A c10d Work for collectives run by hvdlite's core, and the thread that completes their futures.
+//
+// A Work holds the core's handles of its requests, the tensors they read and write (kept alive until the core is
+// done with them), and what is left once the handles finish (copying the core's output into the caller's
+// tensors). Whoever gets there first finishes it: the thread that waits on it, or the backend's completer
+// thread, which goes through the Works in submission order so that their futures complete without anyone
+// waiting (DDP's comm hooks chain work onto them). Neither spins: both block in the core's wait.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvdlite.h"
+
+namespace hvdlite_c10d {
+
+class HvdliteWork : public c10d::Work {
+ public:
+  // Enqueues the next requests once the handles waited on have succeeded (a send whose pair of ranks needs a
+  // process set first: handed the finished handles); returns the new handles.
+  using Stage = std::function<std::vector<hvdlite_handle>(const std::vector<hvdlite_handle> &)>;
+  // Runs once every handle has succeeded, on the finishing thread: copies the core's output into place.
+  using Finish = std::function<void(const std::vector<hvdlite_handle> &)>;
+
+  HvdliteWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+              std::chrono::milliseconds default_timeout);
+  ~HvdliteWork() override;
+
+  // Set up by the backend before the Work is handed out.
+  std::vector<hvdlite_handle> handles;
+  bool handles_borrowed = false;  // someone else's handles (waited on, never released by this Work)
+  Stage next_stage;
+  Finish finish;
+  std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
+
+  bool wait(std::chrono::milliseconds timeout) override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  void synchronize() override {}
+
+  // Blocks in the core until this Work's handles are done, then finishes it (nothing if already finished).
+  // Returns false when timeout_seconds (>= 0) passed first.
+  bool Drive(double timeout_seconds);
+
+ private:
+  bool DriveLocked(double timeout_seconds);  // Drive, drive_mutex_ held
+  void ReleaseHandles();
+  void Complete(std::exception_ptr error);
+
+  const std::string what_;  // "allreduce of group 0 (call 12)": for errors
+  std::vector<at::Tensor> outputs_;
+  const std::chrono::milliseconds default_timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex drive_mutex_;  // one finisher at a time; the base class's mutex_ guards completed_/exception_
+};
+
+// Completes the backend's Works in submission order on a thread of its own.
+class Completer {
+ public:
+  Completer();
+  ~Completer();  // finishes what is queued (the core fails it if it is shut down), then joins
+  void Add(c10::intrusive_ptr<HvdliteWork> work);
+  bool OnThisThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void Loop();
+
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<c10::intrusive_ptr<HvdliteWork>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hvdlite_c10d
