@@ -109,6 +109,7 @@ HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::
       completer_(std::make_unique<Completer>()) {}
 
 HvdliteBackend::~HvdliteBackend() {
+  for (std::thread &setup : pair_setups_) setup.join();
   completer_.reset();  // every Work handed out is finished first
   for (auto &pair : pair_sets_) {
     if (pair.second.adding > 0) hvdlite_release(pair.second.adding);
@@ -578,34 +579,29 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   const int source = sending ? rank_ : peer;
   const int destination = sending ? peer : rank_;
   at::Tensor target = tensors[0];
-  at::Tensor buffer = target.contiguous();
-  std::string name;
-  int32_t set_id = -1;
-  hvdlite_handle adding = 0;
-  {
-    // Messages between two ranks with one tag are matched in the order they were sent, as MPI matches them.
-    std::lock_guard<std::mutex> lock(point_to_point_mutex_);
-    uint64_t &count = messages_[std::make_tuple(source, destination, tag)];
-    name = "c10d." + group_name_ + ".p2p." + std::to_string(source) + "." + std::to_string(destination) + "." +
-           std::to_string(tag) + "." + std::to_string(count++);
-    PairSet &pair = pair_sets_[peer];
-    if (pair.id < 0 && pair.adding == 0) {
-      // The pair's process set, asked for by the two of them alone, in the background: a send does not wait
-      // for its peer to get there.
-      int32_t ranks[2] = {static_cast<int32_t>(global_ranks_[rank_]), static_cast<int32_t>(global_ranks_[peer])};
-      char error[kErrorBytes] = {0};
-      pair.adding = hvdlite_add_process_set_of_members(ranks, 2, error, kErrorBytes);
-      if (pair.adding < 0) {
-        pair.adding = 0;
-        TORCH_CHECK(false, "hvdlite: ", what, ": ", error);
-      }
-    }
-    set_id = pair.id;
-    adding = pair.adding;
-  }
+  // A send is buffered, as small messages are in MPI and gloo: the tensor is copied and the send is done at once
+  // (a rank may send, then receive what its peer sends it first); the message goes when the receiver takes it.
+  at::Tensor buffer = sending ? target.clone(at::MemoryFormat::Contiguous) : target.contiguous();
   // In the pair's set, the rank with the lower rank in the job is 0.
   const int32_t root = (global_ranks_[source] < global_ranks_[destination]) ? 0 : 1;
   auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors);
+  c10::intrusive_ptr<c10d::Work> handed_out = work;
+  if (sending) {
+    auto done = NewWork(c10d::OpType::SEND, what, tensors);
+    done->Drive(0);  // no handles: completed now
+    handed_out = done;
+    work->unobserved = true;
+  } else {
+    work->finish = [target, buffer](const std::vector<hvdlite_handle> &) {
+      if (!target.is_same(buffer)) target.copy_(buffer);
+    };
+  }
+  work->keep_alive = {buffer};
+  std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+  // Messages between two ranks with one tag are matched in the order they were sent, as MPI matches them.
+  uint64_t &count = messages_[std::make_tuple(source, destination, tag)];
+  const std::string name = "c10d." + group_name_ + ".p2p." + std::to_string(source) + "." +
+                           std::to_string(destination) + "." + std::to_string(tag) + "." + std::to_string(count++);
   auto enqueue = [this, name, buffer, root, what](int32_t id) {
     Request r = MakeRequest(HVDLITE_BROADCAST, name, buffer, buffer.data_ptr());
     r.request.root_rank = root;
@@ -613,27 +609,45 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
     std::vector<Request> requests{std::move(r)};
     return Enqueue(requests, what);
   };
-  if (set_id >= 0) {
-    work->handles = enqueue(set_id);
-  } else {
-    work->handles = {adding};
-    work->handles_borrowed = true;
-    work->next_stage = [this, enqueue, peer](const std::vector<hvdlite_handle> &added) {
-      const int32_t id = static_cast<int32_t>(hvdlite_handle_result(added[0]));
+  PairSet &pair = pair_sets_[peer];
+  if (pair.id >= 0) {
+    work->handles = enqueue(pair.id);
+    Start(work);
+    return handed_out;
+  }
+  if (pair.adding == 0) {
+    // The pair's process set, asked for by the two of them alone, in the background: a send does not wait for
+    // its peer to get there.
+    int32_t ranks[2] = {static_cast<int32_t>(global_ranks_[rank_]), static_cast<int32_t>(global_ranks_[peer])};
+    char error[kErrorBytes] = {0};
+    const hvdlite_handle adding = hvdlite_add_process_set_of_members(ranks, 2, error, kErrorBytes);
+    TORCH_CHECK(adding > 0, "hvdlite: ", what, ": ", error);
+    pair.adding = adding;
+    pair_setups_.emplace_back([this, peer, adding] {
+      hvdlite_handle waited = adding;
+      const bool made = hvdlite_wait_all_for(&waited, 1, -1) == 0;
+      std::vector<c10::intrusive_ptr<HvdliteWork>> waiting;
       {
         std::lock_guard<std::mutex> lock(point_to_point_mutex_);
-        pair_sets_[peer].id = id;
+        PairSet &settled = pair_sets_[peer];
+        if (made) settled.id = static_cast<int32_t>(hvdlite_handle_result(adding));
+        settled.settled = true;
+        waiting.swap(settled.waiting);
       }
-      return enqueue(id);
-    };
+      if (made) {
+        for (auto &w : waiting) w->RunStageIfIdle();
+      }
+    });
   }
-  if (!sending) {
-    work->finish = [target, buffer](const std::vector<hvdlite_handle> &) {
-      if (!target.is_same(buffer)) target.copy_(buffer);
-    };
-  }
-  work->keep_alive = {buffer};
-  return Start(work);
+  // Waits for the pair's set (a request of the backend's: borrowed), then goes in.
+  work->handles = {pair.adding};
+  work->handles_borrowed = true;
+  work->next_stage = [enqueue](const std::vector<hvdlite_handle> &added) {
+    return enqueue(static_cast<int32_t>(hvdlite_handle_result(added[0])));
+  };
+  if (!pair.settled) pair.waiting.push_back(work);
+  Start(work);
+  return handed_out;
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::send(std::vector<at::Tensor> &tensors, int dst_rank, int tag) {

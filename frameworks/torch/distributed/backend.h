@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -120,9 +121,14 @@ class HvdliteBackend : public c10d::Backend {
   struct PairSet {
     int32_t id = -1;            // the process set of this rank and the peer, once made
     hvdlite_handle adding = 0;  // the request that makes it (kept until the backend goes: Works wait on it)
+    bool settled = false;       // the request has finished (id set if it succeeded)
+    // Sends and receives made while it was being made: their requests go in once it is (pair_setups_ does it,
+    // not their turn on the completer, which may be waiting for a message they are to receive).
+    std::vector<c10::intrusive_ptr<HvdliteWork>> waiting;
   };
   std::map<int, PairSet> pair_sets_;                    // peer (group rank) -> the pair's process set
   std::map<std::tuple<int, int, int>, uint64_t> messages_;  // (source, destination, tag) -> messages so far
+  std::vector<std::thread> pair_setups_;  // one per pair set being made: waits for it, starts the waiting Works
   std::unique_ptr<Completer> completer_;
 };
 

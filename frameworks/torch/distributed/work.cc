@@ -63,21 +63,7 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     } else if (state > 0) {
       error = BackendError("hvdlite: " + what_ + " failed: " + HandleError(handles[state - 1]));
     } else if (next_stage) {
-      Stage stage = std::move(next_stage);
-      next_stage = nullptr;
-      std::vector<hvdlite_handle> next;
-      std::exception_ptr failed;
-      try {
-        next = stage(handles);
-      } catch (...) {
-        failed = std::current_exception();
-      }
-      ReleaseHandles();
-      handles = std::move(next);
-      if (failed) {
-        Complete(failed);
-        return true;
-      }
+      RunStage();
       continue;
     } else if (finish) {
       try {
@@ -90,6 +76,26 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     Complete(error);
     return true;
   }
+}
+
+void HvdliteWork::RunStageIfIdle() {
+  std::unique_lock<std::mutex> driving(drive_mutex_, std::try_to_lock);
+  if (driving.owns_lock() && next_stage) RunStage();
+}
+
+void HvdliteWork::RunStage() {
+  Stage stage = std::move(next_stage);
+  next_stage = nullptr;
+  std::vector<hvdlite_handle> next;
+  std::exception_ptr failed;
+  try {
+    next = stage(handles);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  ReleaseHandles();
+  handles = std::move(next);
+  if (failed) Complete(failed);
 }
 
 void HvdliteWork::ReleaseHandles() {
@@ -107,6 +113,13 @@ void HvdliteWork::Complete(std::exception_ptr error) {
   keep_alive.clear();
   finish = nullptr;
   cv_.notify_all();
+  if (error && unobserved) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception &e) {
+      TORCH_WARN(e.what());
+    }
+  }
   if (error) {
     future_->setError(error);
   } else {

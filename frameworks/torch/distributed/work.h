@@ -41,6 +41,7 @@ class HvdliteWork : public c10d::Work {
   Stage next_stage;
   Finish finish;
   std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
+  bool unobserved = false;  // nobody holds it (a buffered send's delivery): an error is printed, not dropped
 
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -50,9 +51,12 @@ class HvdliteWork : public c10d::Work {
   // Blocks in the core until this Work's handles are done, then finishes it (nothing if already finished).
   // Returns false when timeout_seconds (>= 0) passed first.
   bool Drive(double timeout_seconds);
+  // Runs the next stage now, its handles being done, unless another thread drives this Work (then that one does).
+  void RunStageIfIdle();
 
  private:
   bool DriveLocked(double timeout_seconds);  // Drive, drive_mutex_ held
+  void RunStage();  // drive_mutex_ held, the handles done: enqueues the next requests (or fails the Work)
   void ReleaseHandles();
   void Complete(std::exception_ptr error);
 
