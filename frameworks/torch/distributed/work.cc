@@ -120,6 +120,7 @@ void HvdliteWork::Complete(std::exception_ptr error) {
       TORCH_WARN(e.what());
     }
   }
+  Completer::BeforeCallbacks();
   if (error) {
     future_->setError(error);
   } else {
@@ -155,15 +156,31 @@ bool HvdliteWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-Completer::Completer() : thread_([this] { Loop(); }) {}
+namespace {
+thread_local Completer *leading = nullptr;  // the Completer this thread leads, if any
+}  // namespace
+
+Completer::Completer() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  threads_.emplace_back([this] { Loop(); });
+}
 
 Completer::~Completer() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  queued_.notify_one();
-  thread_.join();
+  wake_.notify_all();
+  // Threads start threads (StepDown) under the lock: once every thread seen here has ended, none is added.
+  for (size_t i = 0;; ++i) {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (i == threads_.size()) break;
+      thread = std::move(threads_[i]);
+    }
+    thread.join();
+  }
 }
 
 void Completer::Add(c10::intrusive_ptr<HvdliteWork> work) {
@@ -171,20 +188,39 @@ void Completer::Add(c10::intrusive_ptr<HvdliteWork> work) {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(work));
   }
-  queued_.notify_one();
+  wake_.notify_all();
+}
+
+void Completer::BeforeCallbacks() {
+  if (leading) leading->StepDown();
+}
+
+void Completer::StepDown() {
+  leading = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    led_ = false;
+    if (idle_ == 0 && !stopping_) threads_.emplace_back([this] { Loop(); });
+  }
+  wake_.notify_all();
 }
 
 void Completer::Loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    c10::intrusive_ptr<HvdliteWork> work;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      work = std::move(queue_.front());
-      queue_.pop_front();
-    }
+    ++idle_;
+    wake_.wait(lock, [&] { return (!led_ && !queue_.empty()) || (stopping_ && queue_.empty()); });
+    --idle_;
+    if (queue_.empty()) return;  // stopping, nothing left
+    led_ = true;
+    c10::intrusive_ptr<HvdliteWork> work = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    leading = this;
     work->Drive(-1);
+    if (leading) StepDown();  // finished without callbacks of its own (someone else completed it)
+    work.reset();
+    lock.lock();
   }
 }
 

@@ -67,22 +67,29 @@ class HvdliteWork : public c10d::Work {
   std::mutex drive_mutex_;  // one finisher at a time; the base class's mutex_ guards completed_/exception_
 };
 
-// Completes the backend's Works in submission order on a thread of its own.
+// Completes the backend's Works in submission order. One thread at a time leads: it drives the next Work; before
+// that Work's future runs its callbacks (which may start a collective and wait for its future: PowerSGD's hook
+// does), the leader hands the lead to an idle thread, starting one where there is none. So a callback that waits
+// never holds up the Works after it; there are as many threads as callbacks that wait at once, plus one.
 class Completer {
  public:
   Completer();
   ~Completer();  // finishes what is queued (the core fails it if it is shut down), then joins
   void Add(c10::intrusive_ptr<HvdliteWork> work);
-  bool OnThisThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Called by the thread that completes a Work, before its future's callbacks: if it leads, it steps down.
+  static void BeforeCallbacks();
 
  private:
   void Loop();
+  void StepDown();
 
   std::mutex mutex_;
-  std::condition_variable queued_;
+  std::condition_variable wake_;
   std::deque<c10::intrusive_ptr<HvdliteWork>> queue_;
   bool stopping_ = false;
-  std::thread thread_;
+  bool led_ = false;  // a thread is driving a Work
+  int idle_ = 0;      // threads waiting to lead
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace hvdlite_c10d
