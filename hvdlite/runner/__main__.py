@@ -4,7 +4,7 @@ import re
 import shlex
 import sys
 
-from . import binding, rank_output
+from . import binding, rank_output, torch_variables
 from .arguments import parse_args
 from .command import abort_on_exception, build_command, ssh_variables
 from .commit_removal import remove_commits
@@ -38,14 +38,18 @@ def launcher_variables(args):
 
 
 def job_environment(args, environ):
-    """Variables set on every rank: the tuning flags, one OpenMP thread per rank unless asked otherwise, and TCP's
-    transports under --tcp."""
+    """Variables set on every rank: the tuning flags, one OpenMP thread per rank unless asked otherwise, TCP's
+    transports under --tcp, and torchrun's MASTER_ADDR and MASTER_PORT unless they are set."""
     env = {}
     if "OMP_NUM_THREADS" not in environ:
         env["OMP_NUM_THREADS"] = "1"  # N ranks x all cores of threads each would oversubscribe the host
     if args.tcp:
         env.update(tcp_variables(environ))
     env.update(args.tuning_env)
+    if not any(name in environ for name in torch_variables.MASTER_VARIABLES):
+        hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
+        first = hosts[0].name if hosts else None  # where rank 0 runs
+        env.update(torch_variables.master(first, first is None or is_this_host(first, this_host_names())))
     return env
 
 
@@ -79,7 +83,7 @@ def launch(args):
         return 2
     for warning in args.warnings:
         _log(warning)
-    program = abort_on_exception(args.command) if args.abort_on_exception else list(args.command)
+    program = torch_variables.wrap(abort_on_exception(args.command) if args.abort_on_exception else list(args.command))
     if args.output_filename:
         program = rank_output.wrap(args.output_filename, program)
     env = job_environment(args, os.environ)
