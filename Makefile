@@ -165,6 +165,11 @@ $(STAMPS)/torch: | $(STAMPS)/mpi
 	$(PIP) install torch==2.13.0
 	@touch $@
 
+# What torch.distributed users train with, tested on hvdlite's backend; torch pinned so that nothing replaces it.
+$(STAMPS)/torch-users: | $(STAMPS)/torch
+	$(PIP) install lightning accelerate torch==2.13.0
+	@touch $@
+
 $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 	$(PIP) install tensorflow-cpu
 	@touch $@
@@ -175,7 +180,8 @@ $(STAMPS)/nccl: | $(STAMPS)/mpi
 	@touch $@
 
 # Editable and without build isolation: the build uses this venv's MPICH, and a rebuild needs no fresh environment.
-$(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/tensorflow $(STAMPS)/nccl
+$(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/torch-users \
+		$(STAMPS)/tensorflow $(STAMPS)/nccl
 	$(PIP) install --no-build-isolation -e '.[test]'
 	@touch $@
 
