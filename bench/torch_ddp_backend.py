@@ -1,0 +1,274 @@
+"""torch.distributed on hvdlite's backend against gloo, side by side in one job: DDP training throughput on the
+hvdlite backend, on gloo, and with hvdlite's own DistributedOptimizer (ResNet-like, MLP, transformer), and
+dist.all_reduce from 4 KiB to 256 MiB.
+
+    python bench/torch_ddp_backend.py --np 2                       # tables on stdout
+    python bench/torch_ddp_backend.py --np 2 --json bench/results/torch_ddp_backend.json --plot out.png
+
+Every process holds a default process group on hvdlite and a gloo group beside it (new_group(backend="gloo")), and
+copies of one model under DDP on each, plus one under hvdlite's DistributedOptimizer; they take turns every timed
+iteration (the order rotating), so all meet the same machine load, and each ratio is the median of per-iteration
+ratios. The all-reduces alternate hvdlite and gloo call by call on the same tensor size; each size's time is the
+median over its calls.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.abspath(__file__)
+TRAINERS = ("ddp_gloo", "ddp_hvdlite", "hvdlite_optimizer")
+LABELS = {"ddp_gloo": "DDP on gloo", "ddp_hvdlite": "DDP on hvdlite", "hvdlite_optimizer":
+          "hvdlite DistributedOptimizer"}
+MODELS = ("resnet", "mlp", "transformer")
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--num-warmup-batches", type=int, default=3)
+    parser.add_argument("--num-batches-per-iter", type=int, default=5)
+    parser.add_argument("--num-iters", type=int, default=12)
+    parser.add_argument("--allreduce-calls", type=int, default=20, help="per size and backend (fewer from 16 MiB)")
+    parser.add_argument("--skip-allreduce", action="store_true")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--json")
+    parser.add_argument("--plot")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+# --- worker side ---------------------------------------------------------------------------------------------
+
+def build_model(kind):
+    import torch.nn as nn
+    if kind == "resnet":
+        sys.path.insert(0, os.path.dirname(HERE))
+        from torch_synthetic import resnet_like
+        return resnet_like(argparse.Namespace(width=32, blocks=1, num_classes=100)), (3, 32, 32), 100
+    if kind == "mlp":  # communication-bound: 5.3 M parameters, little computation each
+        return nn.Sequential(nn.Flatten(), nn.Linear(3072, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                             nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 100)), (3, 32, 32), 100
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(1000, 256)
+            layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+            self.head = nn.Linear(256, 100)
+
+        def forward(self, tokens):
+            return self.head(self.encoder(self.embed(tokens)).mean(1))
+    return Transformer(), (64,), 100
+
+
+def train_models(args, rank, size, gloo, log):
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import hvdlite.torch as hvd
+    results = {}
+    for kind in args.models.split(","):
+        torch.manual_seed(0)
+        model, shape, classes = build_model(kind)
+        parameters = sum(p.numel() for p in model.parameters())
+        trainers = {}
+        for name in TRAINERS:
+            net = copy.deepcopy(model)
+            if name == "hvdlite_optimizer":
+                opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+                opt = hvd.DistributedOptimizer(opt, named_parameters=[(f"{kind}.{n}", p)
+                                                                      for n, p in net.named_parameters()])
+            else:
+                net = DDP(net, process_group=gloo if name == "ddp_gloo" else None, gradient_as_bucket_view=True)
+                opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+            trainers[name] = (net, opt)
+        if kind == "transformer":
+            data = torch.randint(0, 1000, (args.batch_size, *shape))
+        else:
+            data = torch.randn(args.batch_size, *shape)
+        target = torch.randint(0, classes, (args.batch_size,))
+
+        def step(net, opt):
+            opt.zero_grad()
+            F.cross_entropy(net(data), target).backward()
+            opt.step()
+
+        for net, opt in trainers.values():
+            for _ in range(args.num_warmup_batches):
+                step(net, opt)
+        rates = {name: [] for name in trainers}
+        order = list(trainers)
+        for iteration in range(args.num_iters):
+            turn = order[iteration % len(order):] + order[:iteration % len(order)]
+            for name in turn:
+                net, opt = trainers[name]
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                for _ in range(args.num_batches_per_iter):
+                    step(net, opt)
+                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
+                rates[name].append(size * args.batch_size * args.num_batches_per_iter / elapsed.item())
+        results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates}
+        log(f"{kind}: " + ", ".join(f"{n} {statistics.median(r):.1f}" for n, r in rates.items()))
+    return results
+
+
+def time_allreduces(args, gloo, log):
+    import torch
+    import torch.distributed as dist
+    rows = []
+    for nbytes in SIZES:
+        x = torch.ones(nbytes // 4)
+        calls = args.allreduce_calls if nbytes < (16 << 20) else max(4, args.allreduce_calls // 4)
+        times = {"hvdlite": [], "gloo": []}
+        for group in (None, gloo):  # warm-up
+            dist.all_reduce(x, group=group)
+        for call in range(calls):
+            for name in (("hvdlite", "gloo") if call % 2 == 0 else ("gloo", "hvdlite")):
+                group = None if name == "hvdlite" else gloo
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                dist.all_reduce(x, group=group)
+                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)
+                times[name].append(elapsed.item())
+        row = {"bytes": nbytes, "hvdlite_ms": 1e3 * statistics.median(times["hvdlite"]),
+               "gloo_ms": 1e3 * statistics.median(times["gloo"])}
+        row["gloo_over_hvdlite"] = row["gloo_ms"] / row["hvdlite_ms"]
+        rows.append(row)
+        log(f"all_reduce {nbytes >> 10} KiB: hvdlite {row['hvdlite_ms']:.3f} ms, gloo {row['gloo_ms']:.3f} ms, "
+            f"{row['gloo_over_hvdlite']:.2f}x")
+    return rows
+
+
+def run_worker(args):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+
+    import hvdlite.torch  # noqa: F401
+    torch.set_num_threads(1)
+    dist.init_process_group("hvdlite")
+    gloo = dist.new_group(backend="gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def log(text):
+        if rank == 0:
+            print(text, flush=True)
+    results = {"training": train_models(args, rank, size, gloo, log)}
+    if not args.skip_allreduce:
+        results["allreduce"] = time_allreduces(args, gloo, log)
+    if rank == 0:
+        with open(args.result_file, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+# --- driver side ---------------------------------------------------------------------------------------------
+
+def summarize(results):
+    lines = ["| model (parameters) | DDP on gloo | DDP on hvdlite | hvdlite DistributedOptimizer | "
+             "DDP on hvdlite / on gloo | DDP on hvdlite / DistributedOptimizer |", "|---|---:|---:|---:|---:|---:|"]
+    for kind, r in results["training"].items():
+        rates = r["samples_per_s_per_iter"]
+        lines.append(f"| {kind} ({r['parameters']:,}) | " +
+                     " | ".join(f"{statistics.median(rates[n]):.1f}" for n in TRAINERS) +
+                     f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} |")
+    if results.get("allreduce"):
+        lines += ["", "| all_reduce | hvdlite ms | gloo ms | hvdlite speed / gloo |", "|---:|---:|---:|---:|"]
+        for row in results["allreduce"]:
+            size = f"{row['bytes'] >> 20} MiB" if row["bytes"] >= 1 << 20 else f"{row['bytes'] >> 10} KiB"
+            lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |")
+    return "\n".join(lines)
+
+
+def add_ratios(results):
+    for r in results["training"].values():
+        rates = r["samples_per_s_per_iter"]
+        r["hvdlite_over_gloo"] = statistics.median(h / g for h, g in zip(rates["ddp_hvdlite"], rates["ddp_gloo"]))
+        r["hvdlite_over_optimizer"] = statistics.median(
+            h / o for h, o in zip(rates["ddp_hvdlite"], rates["hvdlite_optimizer"]))
+
+
+def plot(path, results):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed; no PNG written", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    kinds = list(results["training"])
+    width = 0.27
+    for i, name in enumerate(TRAINERS):
+        values = [statistics.median(results["training"][k]["samples_per_s_per_iter"][name]) for k in kinds]
+        axes[0].bar([x + (i - 1) * width for x in range(len(kinds))], values, width, label=LABELS[name])
+    axes[0].set_xticks(range(len(kinds)), kinds)
+    axes[0].set_ylabel("samples/s (all ranks)")
+    axes[0].legend()
+    axes[0].set_title("Training, 2 ranks")
+    if results.get("allreduce"):
+        rows = results["allreduce"]
+        axes[1].plot([r["bytes"] for r in rows], [r["gloo_over_hvdlite"] for r in rows], marker="o")
+        axes[1].set_xscale("log", base=2)
+        axes[1].axhline(1.0, color="grey", lw=0.8)
+        axes[1].set_xlabel("bytes")
+        axes[1].set_ylabel("hvdlite speed / gloo")
+        axes[1].set_title("dist.all_reduce")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        run_worker(args)
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        result_file = os.path.join(workdir, "result.json")
+        passthrough = []
+        for key in ("models", "batch_size", "num_warmup_batches", "num_batches_per_iter", "num_iters",
+                    "allreduce_calls"):
+            passthrough += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+        if args.skip_allreduce:
+            passthrough.append("--skip-allreduce")
+        command = [sys.executable, "-m", "hvdlite.runner", "-np", str(args.np), sys.executable, HERE, "--worker",
+                   "--result-file", result_file] + passthrough
+        proc = subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=args.timeout)
+        if proc.returncode != 0:
+            raise SystemExit(f"the job failed (exit {proc.returncode})")
+        with open(result_file) as f:
+            results = json.load(f)
+    add_ratios(results)
+    print()
+    print(summarize(results))
+    if args.json:
+        payload = {"settings": {k: v for k, v in vars(args).items() if k not in ("worker", "result_file")},
+                   "cores": os.cpu_count(), "load_average": os.getloadavg(), "results": results,
+                   "table": summarize(results)}
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(args.plot, results)
+
+
+if __name__ == "__main__":
+    main()
