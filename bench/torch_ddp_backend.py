@@ -4,6 +4,11 @@ dist.all_reduce from 4 KiB to 256 MiB.
 
     python bench/torch_ddp_backend.py --np 2                       # tables on stdout
     python bench/torch_ddp_backend.py --np 2 --json bench/results/torch_ddp_backend.json --plot out.png
+    sudo python bench/torch_ddp_backend.py --hosts 2 --rate-mbit 1000    # 2 simulated hosts x 1 rank, 1 Gbit/s
+
+With --hosts the ranks run one per simulated host (network namespaces on this machine, tests/harness/
+simulated_hosts.py: TCP through a bridge, each host's link shaped with tc tbf; needs root), started by MPICH's
+mpiexec; gloo goes through the same links (GLOO_SOCKET_IFNAME).
 
 Every process holds a default process group on hvdlite and a gloo group beside it (new_group(backend="gloo")), and
 copies of one model under DDP on each, plus one under hvdlite's DistributedOptimizer; they take turns every timed
@@ -38,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--num-iters", type=int, default=12)
     parser.add_argument("--allreduce-calls", type=int, default=20, help="per size and backend (fewer from 16 MiB)")
     parser.add_argument("--skip-allreduce", action="store_true")
+    parser.add_argument("--hosts", type=int, default=0, help="simulated hosts, one rank each (needs root)")
+    parser.add_argument("--rate-mbit", type=int, default=1000, help="with --hosts: each host link's rate")
+    parser.add_argument("--network", default="ofi", help="with --hosts: MPICH's network layer, ofi or ucx")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--json")
     parser.add_argument("--plot")
@@ -222,7 +230,7 @@ def plot(path, results):
     axes[0].set_xticks(range(len(kinds)), kinds)
     axes[0].set_ylabel("samples/s (all ranks)")
     axes[0].legend()
-    axes[0].set_title("Training, 2 ranks")
+    axes[0].set_title("Training")
     if results.get("allreduce"):
         rows = results["allreduce"]
         axes[1].plot([r["bytes"] for r in rows], [r["gloo_over_hvdlite"] for r in rows], marker="o")
@@ -234,6 +242,24 @@ def plot(path, results):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
+
+
+def run_on_simulated_hosts(args, worker, env):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
+    from harness import simulated_hosts
+    problem = simulated_hosts.available()
+    if problem:
+        raise SystemExit(f"--hosts: {problem}")
+    with simulated_hosts.SimulatedHosts(args.hosts, rate_mbit=args.rate_mbit or None) as hosts:
+        variables = [("MASTER_ADDR", hosts.address("h1")), ("GLOO_SOCKET_IFNAME", "eth0"),
+                     ("OMP_NUM_THREADS", "1"), *simulated_hosts.NETWORK_LAYERS[args.network].items()]
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        argv = simulated_hosts.mpiexec_argv(hosts, mpiexec, 1, "blocks", worker, env=variables)
+        process = hosts.popen("h1", argv, env=env, cwd=os.path.dirname(os.path.dirname(HERE)))
+        try:
+            return process.wait(timeout=args.timeout)
+        finally:
+            hosts.kill_processes()
 
 
 def main(argv=None):
@@ -249,11 +275,15 @@ def main(argv=None):
             passthrough += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
         if args.skip_allreduce:
             passthrough.append("--skip-allreduce")
-        command = [sys.executable, "-m", "hvdlite.runner", "-np", str(args.np), sys.executable, HERE, "--worker",
-                   "--result-file", result_file] + passthrough
-        proc = subprocess.run(command, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=args.timeout)
-        if proc.returncode != 0:
-            raise SystemExit(f"the job failed (exit {proc.returncode})")
+        worker = [sys.executable, HERE, "--worker", "--result-file", result_file] + passthrough
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        if args.hosts:
+            code = run_on_simulated_hosts(args, worker, env)
+        else:
+            code = subprocess.run([sys.executable, "-m", "hvdlite.runner", "-np", str(args.np)] + worker, env=env,
+                                  timeout=args.timeout).returncode
+        if code != 0:
+            raise SystemExit(f"the job failed (exit {code})")
         with open(result_file) as f:
             results = json.load(f)
     add_ratios(results)

@@ -1,9 +1,10 @@
-"""torch.distributed's default rendezvous ("env://"), made to work in an MPI job that sets none of its variables.
+"""torch.distributed's default rendezvous ("env://"), made to work in an MPI job that does not set its variables.
 
 init_process_group without an init_method reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. hvdliterun sets
-them; a plain mpiexec does not. There, instead of torch's "MASTER_ADDR expected" error, the job's rank 0 starts
-torch's TCPStore on a free port and the others learn its address from hvdlite's broadcast (every rank is in
-init_process_group: it is collective). Where any of those variables is set, torch's own handler runs unchanged.
+them all; a plain mpiexec sets none. Where RANK or WORLD_SIZE is missing, the job's MPI ranks take their place:
+rank 0 starts torch's TCPStore (on MASTER_ADDR and MASTER_PORT where they are set, else on loopback when every
+rank is on its host, its host name otherwise, and a free port) and the others learn where from hvdlite's broadcast
+(every rank is in init_process_group: it is collective). Where both are set, torch's own handler runs unchanged.
 """
 import importlib
 import os
@@ -14,7 +15,6 @@ from torch.distributed import TCPStore
 # The module (torch.distributed's own attribute of that name is its function).
 torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
-TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
 _torch_env_handler = None
 
 
@@ -29,7 +29,7 @@ def install():
 
 
 def _mpi_or_env_handler(url, timeout=None, **kwargs):
-    if any(os.environ.get(name) for name in TORCH_VARIABLES) or "?" in url:
+    if (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")) or "?" in url:
         return _torch_env_handler(url, timeout=timeout, **kwargs) if timeout is not None else \
             _torch_env_handler(url, **kwargs)
     return _mpi_rendezvous(timeout)
@@ -46,10 +46,9 @@ def _mpi_rendezvous(timeout):
     store = None
     address = None
     if rank == 0:
-        # Every rank on this host: loopback; else this host's name, which the others resolve (set MASTER_ADDR
-        # where it does not resolve).
-        host = "127.0.0.1" if basics.local_size() == size else socket.getfqdn()
-        store = TCPStore(host, 0, size, True, timeout=timeout, wait_for_workers=False)
+        host = os.environ.get("MASTER_ADDR") or ("127.0.0.1" if basics.local_size() == size else socket.getfqdn())
+        port = int(os.environ.get("MASTER_PORT") or 0)
+        store = TCPStore(host, port, size, True, timeout=timeout, wait_for_workers=False)
         address = (host, store.port)
     address = broadcast_object(address, root_rank=0, name="hvdlite.torch.distributed.rendezvous")
     if store is None:
