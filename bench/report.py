@@ -84,6 +84,24 @@ def torch_block(result):
     return text
 
 
+def torch_ddp_block(result, across_hosts=None):
+    def described(r, command):
+        s = r.get("settings", {})
+        return (f"\n\n- command: `{command}` ({s.get('num_iters', '?')} timed iterations of "
+                f"{s.get('num_batches_per_iter', '?')} steps, batch {s.get('batch_size', '?')} per rank); load average "
+                f"{', '.join(f'{x:.1f}' for x in r.get('load_average', []))}")
+    text = (f"![torch.distributed on hvdlite](benchmarks/torch_ddp_backend.png)\n\nOne host, "
+            f"{result['settings'].get('np', 2)} ranks:\n\n{result['table']}" +
+            described(result, "python bench/torch_ddp_backend.py --json bench/results/torch_ddp_backend.json"))
+    if across_hosts:
+        s = across_hosts["settings"]
+        text += (f"\n\n{s.get('hosts')} simulated hosts x 1 rank, links shaped to {s.get('rate_mbit')} Mbit/s:\n\n"
+                 f"{across_hosts['table']}" +
+                 described(across_hosts, f"sudo python bench/torch_ddp_backend.py --hosts {s.get('hosts')} --rate-mbit "
+                                         f"{s.get('rate_mbit')} --json bench/results/torch_ddp_backend_2hosts.json"))
+    return text
+
+
 def tf_block(result):
     results = result.get("results", [])
     by_name = {r.get("framework"): r for r in results}
@@ -227,6 +245,9 @@ def plot_all(results):
     if results.get("fusion"):
         import fusion
         fusion.plot(results["fusion"], os.path.join(PLOTS, "fusion.png"))
+    if results.get("torch_ddp_backend"):
+        import torch_ddp_backend
+        torch_ddp_backend.plot(os.path.join(PLOTS, "torch_ddp_backend.png"), results["torch_ddp_backend"]["results"])
     if results.get("multihost"):
         import multihost
         multihost.plot(results["multihost"]["rows"], os.path.join(PLOTS, "multihost.png"))
@@ -245,13 +266,15 @@ def replace_block(text, name, body):
 
 
 def main():
-    results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "tf_synthetic", "autotune",
+    results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
+                                             "torch_ddp_backend_2hosts", "tf_synthetic", "autotune",
                                              "multihost", "elastic_commit", "elastic_commit_gpu", "gpu_training",
                                              *GPU_ALLREDUCES)}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
     for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
+                         ("torch_ddp_backend", lambda r: torch_ddp_block(r, results["torch_ddp_backend_2hosts"])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
