@@ -21,7 +21,7 @@ export OMP_NUM_THREADS ?= 1
 	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu \
 	test-image-cuda clean
 
-QUICK_TESTS := not simulated_hosts and not root and not extra_ranks
+QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 

@@ -6,6 +6,7 @@ import re
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from harness.processes import ROOT, run, with_hvdlite_importable
@@ -39,6 +40,7 @@ def test_two_ranks_reach_the_single_rank_accuracy_and_match_gloo():
     assert two == on_gloo, f"DDP on hvdlite {two}% vs on gloo {on_gloo}%: two ranks add in one order on both"
 
 
+@pytest.mark.long
 def test_restarted_job_resumes_from_its_checkpoint(tmp_path):
     # Rank 1 of the first start dies once the checkpoint of epoch 3 is written (the test's own wrapper around the
     # example); hvdliterun starts the job again, which resumes after epoch 3.

@@ -23,6 +23,7 @@ def train(program, nranks):
     return found.group(1), int(found.group(2)), float(found.group(3))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("program", ["lightning_digits.py", "accelerate_digits.py"])
 def test_trains_on_two_ranks_to_the_single_process_accuracy(program):
     _, one_world, one = train(program, 1)
