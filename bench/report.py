@@ -87,6 +87,9 @@ def torch_block(result):
 def torch_ddp_block(result, across_hosts=None):
     def described(r, command):
         s = r.get("settings", {})
+        for flag, default in (("num_iters", 12), ("allreduce_calls", 20)):  # the bench's defaults
+            if s.get(flag, default) != default:
+                command += f" --{flag.replace('_', '-')} {s[flag]}"
         return (f"\n\n- command: `{command}` ({s.get('num_iters', '?')} timed iterations of "
                 f"{s.get('num_batches_per_iter', '?')} steps, batch {s.get('batch_size', '?')} per rank); load average "
                 f"{', '.join(f'{x:.1f}' for x in r.get('load_average', []))}")
