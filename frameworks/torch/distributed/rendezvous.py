@@ -44,14 +44,52 @@ def _mpi_rendezvous(timeout):
         basics.init()
     rank, size = basics.rank(), basics.size()
     store = None
-    address = None
+    candidates = None
     if rank == 0:
-        host = os.environ.get("MASTER_ADDR") or ("127.0.0.1" if basics.local_size() == size else socket.getfqdn())
         port = int(os.environ.get("MASTER_PORT") or 0)
-        store = TCPStore(host, port, size, True, timeout=timeout, wait_for_workers=False)
-        address = (host, store.port)
-    address = broadcast_object(address, root_rank=0, name="hvdlite.torch.distributed.rendezvous")
+        store = TCPStore("127.0.0.1", port, size, True, timeout=timeout, wait_for_workers=False)  # listens on all
+        candidates = [(host, store.port) for host in _master_hosts(single_host=basics.local_size() == size)]
+    candidates = broadcast_object(candidates, root_rank=0, name="hvdlite.torch.distributed.rendezvous")
     if store is None:
-        store = TCPStore(address[0], address[1], size, False, timeout=timeout)
+        host, port = _first_reachable(candidates, timeout)
+        store = TCPStore(host, port, size, False, timeout=timeout)
     yield store, rank, size
     raise RuntimeError("Unable to perform re-rendezvous using hvdlite's MPI rendezvous")
+
+
+def _master_hosts(single_host):
+    """Where the other ranks may reach rank 0's store: MASTER_ADDR where set; loopback when every rank is on this
+    host; else this host's name and each of its IPv4 addresses (the others try them in order)."""
+    if os.environ.get("MASTER_ADDR"):
+        return [os.environ["MASTER_ADDR"]]
+    if single_host:
+        return ["127.0.0.1"]
+    return [socket.getfqdn(), *_ipv4_addresses()]
+
+
+def _ipv4_addresses():
+    import fcntl
+    import struct
+    addresses = []
+    for _, name in socket.if_nameindex():
+        if name == "lo":
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                request = struct.pack("256s", name[:15].encode())
+                addresses.append(socket.inet_ntoa(fcntl.ioctl(probe.fileno(), 0x8915, request)[20:24]))  # SIOCGIFADDR
+        except OSError:  # no IPv4 address on it
+            pass
+    return addresses
+
+
+def _first_reachable(candidates, timeout):
+    """The first (host, port) that accepts a connection (tried in order, a few seconds each)."""
+    for host, port in candidates:
+        try:
+            with socket.create_connection((host, port), timeout=3):
+                return host, port
+        except OSError:
+            continue
+    raise RuntimeError(f"hvdlite: rank 0's store for torch.distributed answers on none of {candidates}; set "
+                       "MASTER_ADDR to an address of rank 0's host that the other hosts reach")
