@@ -41,7 +41,8 @@ def parse_args():
 
 
 class DigitsNet(nn.Module):
-    """Two 3x3 convolutions and two dense layers for 8x8 grey images."""
+    """Two 3x3 convolutions and two dense layers for 8x8 grey images (the model of torch_digits.py: each example
+    stands alone, to be copied)."""
 
     def __init__(self):
         super().__init__()

@@ -52,7 +52,11 @@ def main(argv):
         print("usage: python -m hvdlite.runner.torch_variables COMMAND...", file=sys.stderr)
         return 2
     env = dict(os.environ, **rank_variables(os.environ))
-    os.execvpe(argv[0], argv, env)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as error:  # as rank_output.py reports it
+        print(f"hvdliterun: cannot run {argv[0]}: {error.strerror}", file=sys.stderr, flush=True)
+        return 127
 
 
 if __name__ == "__main__":

@@ -572,8 +572,9 @@ def test_binding_args_replace_hvdlites_binding(capsys):
 def test_tcp_asks_the_ranks_for_tcp_unless_the_user_chose(monkeypatch):
     from hvdlite.runner.__main__ import job_environment
     args = parse_args(["-np", "2", "--tcp", "python", "t.py"])
-    assert job_environment(args, {"UCX_TLS": "self,tcp"}) == {"OMP_NUM_THREADS": "1", "FI_PROVIDER": "tcp",
-                                                              "NCCL_IB_DISABLE": "1"}
+    env = job_environment(args, {"UCX_TLS": "self,tcp"})
+    assert {name: env.pop(name) for name in ("MASTER_ADDR", "MASTER_PORT")}["MASTER_ADDR"] == "127.0.0.1"
+    assert env == {"OMP_NUM_THREADS": "1", "FI_PROVIDER": "tcp", "NCCL_IB_DISABLE": "1"}
     argv = build_command(OPENMPI, "mpirun", 2, ["prog"], tcp_only=True)
     assert argv[argv.index("pml"):argv.index("pml") + 4] == ["pml", "ob1", "--mca", "btl"]
     assert argv[argv.index("btl") + 1] == "self,sm,tcp"

@@ -36,7 +36,9 @@ def test_two_ranks_reach_the_single_rank_accuracy_and_match_gloo():
     one, _ = train(1)
     two, _ = train(2)
     assert two >= one - 1.0, (one, two)
-    on_gloo, _ = train(2, "--backend", "gloo")
+    # Unbound: torch's gloo group aborts at exit about every other run when its rank is bound to one CPU
+    # ("terminate called without an active exception" in its pt_gloo_runloop thread), hvdlite or not.
+    on_gloo, _ = train(2, "--backend", "gloo", launcher=("--bind-to", "none"))
     assert two == on_gloo, f"DDP on hvdlite {two}% vs on gloo {on_gloo}%: two ranks add in one order on both"
 
 

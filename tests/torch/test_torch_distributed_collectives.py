@@ -128,6 +128,26 @@ def test_all_reduce_coalesced(checks):
               torch.float64)
 
 
+def test_coalescing_manager(checks):
+    """FSDP's way of batching: all-gathers and reduce-scatters into tensors inside dist._coalescing_manager (one
+    coalesced call each on the backend)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    inputs = [[make(torch.float32, r, (4,), ("cm", i)) for i in range(3)] for r in range(size)]
+    outs = [torch.empty(4 * size) for _ in range(3)]
+    with dist._coalescing_manager(async_ops=True) as manager:
+        for i in range(3):
+            dist.all_gather_into_tensor(outs[i], inputs[rank][i])
+    manager.wait()
+    for i in range(3):
+        checks.true(f"coalesced all_gather_into_tensor {i}", torch.equal(outs[i], torch.cat([x[i] for x in inputs])))
+    big = [make(torch.float64, r, (2 * size,), "cm rs") for r in range(size)]
+    out = torch.empty(2, dtype=torch.float64)
+    with dist._coalescing_manager():
+        dist.reduce_scatter_tensor(out, big[rank])
+    want = torch.as_tensor(reduce_reference(big, "sum"))[2 * rank:2 * rank + 2]
+    close(checks, "coalesced reduce_scatter_tensor", out, want, torch.float64)
+
+
 def test_broadcast_from_every_root(checks):
     rank, size = dist.get_rank(), dist.get_world_size()
     for dtype in DTYPES + [torch.bool]:

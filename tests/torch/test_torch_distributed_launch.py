@@ -50,9 +50,32 @@ def test_hvdliterun_gives_a_torchrun_script_its_variables(tmp_path, nranks):
     assert len(masters) == 1, f"every rank got the same MASTER_ADDR and MASTER_PORT: {masters}"
 
 
+def test_destroy_and_init_again(tmp_path):
+    script = program(tmp_path, """
+        import os, torch, torch.distributed as dist
+        import hvdlite.torch
+        for start in range(3):
+            dist.init_process_group("hvdlite")
+            rank, size = dist.get_rank(), dist.get_world_size()
+            x = torch.full((4,), float(rank + start))
+            dist.all_reduce(x)
+            assert x.tolist() == [float(sum(range(size)) + size * start)] * 4, (start, x)
+            group = dist.new_group([0, size - 1])
+            if rank in (0, size - 1):
+                y = torch.ones(2)
+                dist.all_reduce(y, group=group)
+                assert y.tolist() == [2.0, 2.0], (start, y)
+            dist.barrier()  # a rank that leaves hvdlite (exits) ends it for all: the others finish first
+            dist.destroy_process_group()
+        open(os.path.join(os.path.dirname(__file__), f"ok.{rank}"), "w").close()
+    """)
+    code, output = run(HVDLITERUN + ["-np", "3", sys.executable, script], timeout=120, env=launched_env())
+    assert code == 0 and all((tmp_path / f"ok.{r}").exists() for r in range(3)), output[-5000:]
+
+
 def test_init_process_group_timeout_is_honoured(tmp_path):
     script = program(tmp_path, """
-        import datetime, time, torch, torch.distributed as dist
+        import datetime, os, time, torch, torch.distributed as dist
         import hvdlite.torch
         dist.init_process_group("hvdlite", timeout=datetime.timedelta(seconds=3))
         rank = dist.get_rank()
@@ -64,19 +87,19 @@ def test_init_process_group_timeout_is_honoured(tmp_path):
             except dist.DistBackendError as error:
                 waited = time.monotonic() - start
                 assert "did not finish within 3" in str(error), error
-                print(f"timed out after {waited:.1f} s", flush=True)
                 assert 2.5 < waited < 6, waited
+                open(os.path.join(os.path.dirname(__file__), "timed_out"), "w").write(f"{waited:.1f}")
             time.sleep(6)  # until rank 1 is back: the barrier below has 3 s too
         else:
             time.sleep(8)
             dist.all_reduce(torch.ones(4))  # meets rank 0's, which is still in flight
         dist.barrier()
-        print("done", rank, flush=True)
+        open(os.path.join(os.path.dirname(__file__), f"done.{rank}"), "w").close()
         dist.destroy_process_group()
     """)
     code, output = run(HVDLITERUN + ["-np", "2", sys.executable, script], timeout=120, env=launched_env())
     assert code == 0, output[-5000:]
-    assert "timed out after" in output and "done 0" in output and "done 1" in output, output[-5000:]
+    assert (tmp_path / "timed_out").exists() and (tmp_path / "done.0").exists() and (tmp_path / "done.1").exists()
 
 
 def test_a_dead_rank_ends_the_job_promptly(tmp_path):

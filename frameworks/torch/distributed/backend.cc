@@ -69,6 +69,13 @@ bool IsBitwise(const c10d::ReduceOp &op) {
 
 at::Tensor Flat(const at::Tensor &t) { return t.contiguous().view({-1}); }
 
+// Where a contiguous copy (or a copy for another reason) stood in for a caller's tensor, its result goes back.
+void CopyBack(const std::vector<at::Tensor> &targets, const std::vector<at::Tensor> &buffers) {
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!targets[i].is_same(buffers[i])) targets[i].copy_(buffers[i].view(targets[i].sizes()));
+  }
+}
+
 // Sum of numels, checked to fit the core's 32-bit splits.
 int32_t SplitOf(int64_t count, const char *collective) {
   TORCH_CHECK_VALUE(count <= INT32_MAX, "hvdlite: ", collective, " sends at most 2^31-1 elements to one rank");
@@ -116,7 +123,12 @@ HvdliteBackend::~HvdliteBackend() {
   }
 }
 
-std::string HvdliteBackend::NextName(const char *collective) {
+void HvdliteBackend::CheckRoot(int64_t root, const char *collective) const {
+  TORCH_CHECK_VALUE(root >= 0 && root < size_, "hvdlite: ", collective, " with root rank ", root, " of a group of ",
+                    size_);
+}
+
+std::string HvdliteBackend::NextName() {
   return "c10d." + group_name_ + "." + std::to_string(calls_++);
 }
 
@@ -187,18 +199,15 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(collective), buffer, buffer.data_ptr());
+    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(), buffer, buffer.data_ptr());
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
     buffers.push_back(buffer);
   }
   auto work = NewWork(type, collective, outputs.empty() ? results : outputs);
-  work->finish = [tensors, buffers, results, after](const std::vector<hvdlite_handle> &) {
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      // Results land in place: copied back where a contiguous copy stood in, or into the caller's tensor (reduce).
-      if (!results[i].is_same(buffers[i])) results[i].copy_(buffers[i]);
-    }
+  work->finish = [buffers, results, after](const std::vector<hvdlite_handle> &) {
+    CopyBack(results, buffers);  // or into the caller's tensor, where these were copies (reduce)
     if (after) after();
   };
   work->keep_alive = buffers;
@@ -245,8 +254,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::allreduce_coalesced(std::vector<a
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce(std::vector<at::Tensor> &tensors,
                                                       const c10d::ReduceOptions &opts) {
   CheckTensors(tensors, "reduce");
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: reduce to rank ", opts.rootRank,
-                    " of a group of ", size_);
+  CheckRoot(opts.rootRank, "reduce");
   // Reduced on a copy: only the root's tensor receives the result.
   std::vector<at::Tensor> scratch;
   for (const at::Tensor &t : tensors) scratch.push_back(t.clone(at::MemoryFormat::Contiguous));
@@ -264,7 +272,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
   std::vector<Request> requests;
   for (const at::Tensor &t : inputs) {
     at::Tensor flat = Flat(t);
-    requests.push_back(MakeRequest(HVDLITE_ALLGATHER, NextName(collective), flat, nullptr));
+    requests.push_back(MakeRequest(HVDLITE_ALLGATHER, NextName(), flat, nullptr));
     flats.push_back(flat);
   }
   auto work = NewWork(type, collective, outputs);
@@ -337,8 +345,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::gather(std::vector<std::vector<at
                                                       std::vector<at::Tensor> &inputs,
                                                       const c10d::GatherOptions &opts) {
   TORCH_CHECK_VALUE(inputs.size() == 1, "hvdlite: gather takes one tensor per rank");
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: gather to rank ", opts.rootRank,
-                    " of a group of ", size_);
+  CheckRoot(opts.rootRank, "gather");
   std::vector<at::Tensor> targets;
   if (rank_ == opts.rootRank) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
@@ -358,8 +365,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
                                                        std::vector<std::vector<at::Tensor>> &inputs,
                                                        const c10d::ScatterOptions &opts) {
   TORCH_CHECK_VALUE(outputs.size() == 1, "hvdlite: scatter takes one output tensor per rank");
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: scatter from rank ", opts.rootRank,
-                    " of a group of ", size_);
+  CheckRoot(opts.rootRank, "scatter");
   at::Tensor output = outputs[0];
   CheckTensor(output, "scatter");
   // An all-to-all in which only the root sends: its pieces, one per rank.
@@ -380,7 +386,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   } else {
     send = at::empty({0}, output.options());
   }
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("scatter"), send, nullptr);
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
   r.splits = splits;
   std::vector<Request> requests{std::move(r)};
   auto work = NewWork(c10d::OpType::SCATTER, "scatter", outputs);
@@ -401,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
   CheckTensor(output, "all_to_all_single");
   TORCH_CHECK_VALUE(input.dim() >= 1, "hvdlite: all_to_all_single needs at least one dimension");
   at::Tensor send = input.contiguous();
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("alltoall_base"), send, nullptr);
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
   if (input_split_sizes.empty()) {
     TORCH_CHECK_VALUE(input.size(0) % size_ == 0, "hvdlite: all_to_all_single without splits needs a first "
                       "dimension divisible by the group's size ", size_, "; got ", input.size(0));
@@ -445,7 +451,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
     splits.push_back(SplitOf(t.numel(), "all_to_all"));
   }
   at::Tensor send = at::cat(flats);
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName("alltoall"), send, nullptr);
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
   r.splits = splits;
   std::vector<Request> requests{std::move(r)};
   auto work = NewWork(c10d::OpType::ALLTOALL, "all_to_all", outputs);
@@ -463,24 +469,19 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor> &tensors,
                                                          const c10d::BroadcastOptions &opts) {
   CheckTensors(tensors, "broadcast");
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "hvdlite: broadcast from rank ", opts.rootRank,
-                    " of a group of ", size_);
+  CheckRoot(opts.rootRank, "broadcast");
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_BROADCAST, NextName("broadcast"), buffer, buffer.data_ptr());
+    Request r = MakeRequest(HVDLITE_BROADCAST, NextName(), buffer, buffer.data_ptr());
     r.request.root_rank = static_cast<int32_t>(opts.rootRank);
     requests.push_back(std::move(r));
     buffers.push_back(buffer);
   }
   auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors);
   std::vector<at::Tensor> targets = tensors;
-  work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) {
-    for (size_t i = 0; i < targets.size(); ++i) {
-      if (!targets[i].is_same(buffers[i])) targets[i].copy_(buffers[i]);
-    }
-  };
+  work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) { CopyBack(targets, buffers); };
   work->keep_alive = buffers;
   work->handles = Enqueue(requests, "broadcast");
   return Start(work);
@@ -502,7 +503,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
                       size_, " x its output's ", outputs[i].numel(), " elements; got ", inputs[i].numel());
     at::Tensor flat = Flat(inputs[i]);
     at::Tensor out = outputs[i].contiguous();
-    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(collective), flat, out.data_ptr());
+    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(), flat, out.data_ptr());
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
@@ -511,11 +512,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
     received.push_back(out);
   }
   auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs);
-  work->finish = [outputs, received](const std::vector<hvdlite_handle> &) {
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      if (!outputs[i].is_same(received[i])) outputs[i].copy_(received[i].view(outputs[i].sizes()));
-    }
-  };
+  work->finish = [outputs, received](const std::vector<hvdlite_handle> &) { CopyBack(outputs, received); };
   work->keep_alive = keep;
   work->handles = Enqueue(requests, collective);
   return Start(work);
@@ -560,7 +557,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter_tensor_coalesced(s
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::barrier(const c10d::BarrierOptions &) {
-  Request r = MakeRequest(HVDLITE_BARRIER, NextName("barrier"), at::Tensor(), nullptr);
+  Request r = MakeRequest(HVDLITE_BARRIER, NextName(), at::Tensor(), nullptr);
   std::vector<Request> requests{std::move(r)};
   auto work = NewWork(c10d::OpType::BARRIER, "barrier", {});
   work->handles = Enqueue(requests, "barrier");
@@ -592,9 +589,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
     handed_out = done;
     work->unobserved = true;
   } else {
-    work->finish = [target, buffer](const std::vector<hvdlite_handle> &) {
-      if (!target.is_same(buffer)) target.copy_(buffer);
-    };
+    work->finish = [target, buffer](const std::vector<hvdlite_handle> &) { CopyBack({target}, {buffer}); };
   }
   work->keep_alive = {buffer};
   std::lock_guard<std::mutex> lock(point_to_point_mutex_);

@@ -92,7 +92,8 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what,
                                           std::vector<at::Tensor> outputs) const;
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work);
-  std::string NextName(const char *collective);  // "c10d.<group>.<call>"
+  std::string NextName();  // "c10d.<group>.<n>": the group's n-th call
+  void CheckRoot(int64_t root, const char *collective) const;
 
   // All-reduce of tensors in place with op (bitwise ops through an all-gather); the shared part of allreduce,
   // allreduce_coalesced and reduce.
