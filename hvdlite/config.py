@@ -198,6 +198,9 @@ SETTINGS = (
     Setting("nccl_library", "HVDLITE_NCCL_LIBRARY", None, "", "path", _parse_text,
             "The NCCL library to load (libnccl.so.2), instead of looking for one (hvdlite.gpu_status())",
             default_text="(searched)"),
+    Setting("torch_extension_dir", "HVDLITE_TORCH_EXTENSION_DIR", None, "", "path", _parse_text,
+            "Where the torch.distributed backend is compiled and kept, a folder per PyTorch version inside",
+            default_text="~/.cache/hvdlite"),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}

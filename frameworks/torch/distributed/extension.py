@@ -11,9 +11,9 @@ import re
 import torch
 from torch.utils import cpp_extension
 
-from hvdlite import build_info
+from hvdlite import build_info, config
 
-CACHE_VARIABLE = "HVDLITE_TORCH_EXTENSION_DIR"
+CACHE_VARIABLE = config.SETTINGS_BY_NAME["torch_extension_dir"].env
 SOURCES = ["work.cc", "backend.cc", "bindings.cc"]
 _module = None
 
@@ -21,7 +21,7 @@ _module = None
 def cache_dir():
     """Where the compiled backend is kept: $HVDLITE_TORCH_EXTENSION_DIR, else ~/.cache/hvdlite, one folder per
     PyTorch version (a PyTorch upgrade compiles it again)."""
-    root = os.environ.get(CACHE_VARIABLE) or os.path.join(
+    root = config.SETTINGS_BY_NAME["torch_extension_dir"].read(os.environ) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hvdlite")
     return os.path.join(root, "torch-" + re.sub(r"[^0-9A-Za-z.]+", "_", torch.__version__))
 
