@@ -22,9 +22,16 @@ def env():
     return environ
 
 
+# torch's gloo process group may abort its process at exit, after the job's work is done ("terminate called without
+# an active exception" in its pt_gloo_runloop thread; more often with ranks bound to one CPU), hvdlite imported or
+# not: for the gloo run, that exit is let pass, and its results are still checked in full.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
 def train(nranks, *extra, program=EXAMPLE, launcher=()):
     code, output = run(HVDLITERUN + [*launcher, "-np", str(nranks), sys.executable, program, *extra], 300, env=env())
-    assert code == 0, output[-6000:]
+    gloo_abort_at_exit = "gloo" in extra and code == 6 and GLOO_EXIT_ABORT in output
+    assert code == 0 or gloo_abort_at_exit, output[-6000:]
     final = re.search(r"ranks (\d+)  backend (\w+) .* final test accuracy ([\d.]+)%", output)
     assert final and int(final.group(1)) == nranks, output[-6000:]
     losses = [float(x) for x in re.findall(r"train loss ([\d.]+)", output)]
@@ -36,9 +43,7 @@ def test_two_ranks_reach_the_single_rank_accuracy_and_match_gloo():
     one, _ = train(1)
     two, _ = train(2)
     assert two >= one - 1.0, (one, two)
-    # Unbound: torch's gloo group aborts at exit about every other run when its rank is bound to one CPU
-    # ("terminate called without an active exception" in its pt_gloo_runloop thread), hvdlite or not.
-    on_gloo, _ = train(2, "--backend", "gloo", launcher=("--bind-to", "none"))
+    on_gloo, _ = train(2, "--backend", "gloo", launcher=("--bind-to", "none"))  # unbound: it aborts less (above)
     assert two == on_gloo, f"DDP on hvdlite {two}% vs on gloo {on_gloo}%: two ranks add in one order on both"
 
 
