@@ -43,14 +43,11 @@ void Coordinator::TryComplete(const std::string &name, std::vector<Response> *re
   auto it = table_.find(name);
   if (it == table_.end()) return;
   Entry &entry = it->second;
-  const Request *any = *std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
-                                     [](const Request *r) { return r != nullptr; });
+  const Request *any = FirstRequest(entry);
   bool is_join = any->collective == Collective::kJoin;
   if (any->collective == Collective::kAddProcessSetOfMembers) {
     // Complete once the new set's members have asked; the other ranks only apply it.
-    for (int32_t r : any->ranks) {
-      if (r < 0 || r >= size_ || !entry.per_rank[r]) return;
-    }
+    if (!MissingRanks(entry).empty()) return;
   } else {
     int32_t present = 0, joined_missing = 0;
     for (int32_t r = 0; r < size_; ++r) {
@@ -94,13 +91,16 @@ void Coordinator::Forget(std::unordered_map<std::string, Entry>::iterator it) {
   table_.erase(it);
 }
 
+const Request *Coordinator::FirstRequest(const Entry &entry) {
+  return *std::find_if(entry.per_rank.begin(), entry.per_rank.end(), [](const Request *r) { return r != nullptr; });
+}
+
 std::vector<int32_t> Coordinator::MissingRanks(const Entry &entry) const {
   std::vector<int32_t> missing;
-  const Request *any = *std::find_if(entry.per_rank.begin(), entry.per_rank.end(),
-                                     [](const Request *r) { return r != nullptr; });
+  const Request *any = FirstRequest(entry);
   if (any->collective == Collective::kAddProcessSetOfMembers) {
-    for (int32_t r : any->ranks) {
-      if (r >= 0 && r < size_ && !entry.per_rank[r]) missing.push_back(r);
+    for (int32_t r : any->ranks) {  // checked in range when asked for (c_api.cc)
+      if (!entry.per_rank[r]) missing.push_back(r);
     }
     return missing;
   }

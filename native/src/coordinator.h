@@ -40,6 +40,9 @@ class Coordinator {
   void TryComplete(const std::string &name, std::vector<Response> *ready);
   Response JoinedRanksError(const Entry &entry, const Request &any, const std::string &name) const;
   void Forget(std::unordered_map<std::string, Entry>::iterator it);
+  // A table entry has a request from at least one rank: the first.
+  static const Request *FirstRequest(const Entry &entry);
+  // The ranks whose request the entry still needs (for an add of members: the members').
   std::vector<int32_t> MissingRanks(const Entry &entry) const;
 
   int32_t size_;

@@ -220,12 +220,11 @@ int64_t Core::EnqueueProcessSetChange(Collective change, std::vector<int32_t> ra
     std::lock_guard<std::mutex> lock(mutex_);
     // Every rank that asks counts its changes alike, except for an add of members, which only they ask for: its
     // name is its ranks, the same on each of them.
-    std::string id = std::to_string(process_set_changes_);
+    std::string id;
     if (change == Collective::kAddProcessSetOfMembers) {
-      id.clear();
       for (int32_t r : ranks) id += (id.empty() ? "" : ",") + std::to_string(r);
     } else {
-      ++process_set_changes_;
+      id = std::to_string(process_set_changes_++);
     }
     e.request.name = std::string("__hvdlite.") + CollectiveName(change) + "." + id;
   }

@@ -65,16 +65,6 @@ class HandleTable {
   // WaitAll's result where it would not block (under one lock), else kPending.
   static constexpr int kPending = -2;
   int ResultIfDone(const int64_t *handles, int32_t count);
-  // Like Wait, or kTimedOut once timeout has passed.
-  static constexpr int kTimedOut = 2;
-  template <typename Duration>
-  int WaitFor(int64_t handle, Duration timeout) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    HandleState *state = nullptr;
-    if (!done_.wait_for(lock, timeout, [&] { return !(state = Find(handle)) || state->done; })) return kTimedOut;
-    if (!state) return -1;
-    return state->error.empty() ? 0 : 1;
-  }
   // Runs f on the state of a finished handle under the lock; returns false for an unknown handle.
   template <typename F>
   bool Read(int64_t handle, F f) {
