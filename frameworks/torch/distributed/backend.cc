@@ -184,6 +184,13 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Start(c10::intrusive_ptr<HvdliteW
   return work;
 }
 
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
+                                                     const std::string &what, std::vector<at::Tensor> keep_alive) {
+  work->keep_alive = std::move(keep_alive);
+  work->handles = Enqueue(requests, what);
+  return Start(std::move(work));
+}
+
 // ---- all-reduce and reduce ----
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
@@ -210,9 +217,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
     CopyBack(results, buffers);  // or into the caller's tensor, where these were copies (reduce)
     if (after) after();
   };
-  work->keep_alive = buffers;
-  work->handles = Enqueue(requests, collective);
-  return Start(work);
+  return Start(work, requests, collective, buffers);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceBitwise(std::vector<at::Tensor> tensors,
@@ -281,9 +286,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
   work->finish = [place, dtypes](const std::vector<hvdlite_handle> &handles) {
     for (size_t i = 0; i < handles.size(); ++i) place(i, CoreOutput(handles[i], dtypes[i]));
   };
-  work->keep_alive = flats;
-  work->handles = Enqueue(requests, collective);
-  return Start(work);
+  return Start(work, requests, collective, flats);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -394,9 +397,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   work->finish = [output, dtype](const std::vector<hvdlite_handle> &handles) {
     Split(CoreOutput(handles[0], dtype), {output}, "scatter");
   };
-  work->keep_alive = {send};
-  work->handles = Enqueue(requests, "scatter");
-  return Start(work);
+  return Start(work, requests, "scatter", {send});
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
@@ -431,9 +432,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
     }
     Split(CoreOutput(handles[0], output.scalar_type()), {output}, "all_to_all_single");
   };
-  work->keep_alive = {send};
-  work->handles = Enqueue(requests, "all_to_all_single");
-  return Start(work);
+  return Start(work, requests, "all_to_all_single", {send});
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> &outputs,
@@ -459,9 +458,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
   work->finish = [targets](const std::vector<hvdlite_handle> &handles) {
     Split(CoreOutput(handles[0], targets[0].scalar_type()), targets, "all_to_all");
   };
-  work->keep_alive = {send};
-  work->handles = Enqueue(requests, "all_to_all");
-  return Start(work);
+  return Start(work, requests, "all_to_all", {send});
 }
 
 // ---- broadcast, reduce-scatter, barrier ----
@@ -482,9 +479,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor>
   auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors);
   std::vector<at::Tensor> targets = tensors;
   work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) { CopyBack(targets, buffers); };
-  work->keep_alive = buffers;
-  work->handles = Enqueue(requests, "broadcast");
-  return Start(work);
+  return Start(work, requests, "broadcast", buffers);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at::Tensor> outputs,
@@ -513,9 +508,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
   }
   auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs);
   work->finish = [outputs, received](const std::vector<hvdlite_handle> &) { CopyBack(outputs, received); };
-  work->keep_alive = keep;
-  work->handles = Enqueue(requests, collective);
-  return Start(work);
+  return Start(work, requests, collective, keep);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -560,8 +553,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::barrier(const c10d::BarrierOption
   Request r = MakeRequest(HVDLITE_BARRIER, NextName(), at::Tensor(), nullptr);
   std::vector<Request> requests{std::move(r)};
   auto work = NewWork(c10d::OpType::BARRIER, "barrier", {});
-  work->handles = Enqueue(requests, "barrier");
-  return Start(work);
+  return Start(work, requests, "barrier", {});
 }
 
 // ---- send, recv ----

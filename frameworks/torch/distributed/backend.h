@@ -91,7 +91,10 @@ class HvdliteBackend : public c10d::Backend {
   std::vector<hvdlite_handle> Enqueue(std::vector<Request> &requests, const std::string &what) const;
   c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what,
                                           std::vector<at::Tensor> outputs) const;
-  c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work);
+  c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work);  // hands it to the completer
+  // Enqueues the Work's requests (keep_alive: the buffers they read and write) and starts it.
+  c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
+                                       const std::string &what, std::vector<at::Tensor> keep_alive);
   std::string NextName();  // "c10d.<group>.<n>": the group's n-th call
   void CheckRoot(int64_t root, const char *collective) const;
 
