@@ -14,6 +14,9 @@ _LEVELS = {"trace": TRACE, "debug": _logging.DEBUG, "info": _logging.INFO, "warn
 # Rank and size variables that launchers export before MPI is even initialised.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE")
+# A rank's place on its host, and the number of ranks there.
+_LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
+_LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
 
 _rank_after_init = None
 
@@ -32,6 +35,16 @@ def launcher_rank(environ=None):
 def launcher_size(environ=None):
     """The job's size as the launcher gave it in this process's environment (a string), or None."""
     return _launcher_number(_SIZE_VARIABLES, environ)
+
+
+def launcher_local_rank(environ=None):
+    """This process's place among the ranks of its host, as the launcher gave it (a string), or None."""
+    return _launcher_number(_LOCAL_RANK_VARIABLES, environ)
+
+
+def launcher_local_size(environ=None):
+    """The number of ranks on this process's host, as the launcher gave it (a string), or None."""
+    return _launcher_number(_LOCAL_SIZE_VARIABLES, environ)
 
 
 def _launcher_number(variables, environ):

@@ -88,12 +88,7 @@ def add_process_set(process_set):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"{process_set} has already been added")
-    ranks = ffi.new("int32_t[]", process_set.ranks)
-    buffer = error_buffer()
-    handle = lib.hvdlite_add_process_set(ranks, len(process_set.ranks), buffer, len(buffer))
-    if handle < 0:
-        _raise_enqueue_error(handle, buffer)
-    process_set.process_set_id = int(_wait_for_change(handle, f"add_process_set({process_set.ranks})"))
+    process_set.process_set_id = _added_set_id(lib.hvdlite_add_process_set, process_set.ranks, "add_process_set")
     _added[process_set.process_set_id] = process_set
     return process_set
 
@@ -103,16 +98,21 @@ def add_process_set_of_members(ranks):
     group made on its members only, as torch.distributed's new_group does); the set already added with these
     ranks where there is one. Returns the ProcessSet."""
     ranks = sorted(int(r) for r in ranks)
-    buffer = error_buffer()
-    handle = lib.hvdlite_add_process_set_of_members(ffi.new("int32_t[]", ranks), len(ranks), buffer, len(buffer))
-    if handle < 0:
-        _raise_enqueue_error(handle, buffer)
-    process_set_id = int(_wait_for_change(handle, f"add_process_set_of_members({ranks})"))
+    process_set_id = _added_set_id(lib.hvdlite_add_process_set_of_members, ranks, "add_process_set_of_members")
     if process_set_id not in _added:
         process_set = ProcessSet(ranks)
         process_set.process_set_id = process_set_id
         _added[process_set_id] = process_set
     return _added[process_set_id]
+
+
+def _added_set_id(add, ranks, what):
+    """The id of the set of these ranks that the core's add function (of all ranks, or of members) makes."""
+    buffer = error_buffer()
+    handle = add(ffi.new("int32_t[]", ranks), len(ranks), buffer, len(buffer))
+    if handle < 0:
+        _raise_enqueue_error(handle, buffer)
+    return int(_wait_for_change(handle, f"{what}({ranks})"))
 
 
 def remove_process_set(process_set):

@@ -5,7 +5,7 @@ import shlex
 import sys
 
 from . import binding, rank_output, torch_variables
-from .arguments import parse_args
+from .arguments import job_hosts, parse_args
 from .command import abort_on_exception, build_command, ssh_variables
 from .commit_removal import remove_commits
 from .elastic import Supervisor
@@ -47,7 +47,7 @@ def job_environment(args, environ):
         env.update(tcp_variables(environ))
     env.update(args.tuning_env)
     if not any(name in environ for name in torch_variables.MASTER_VARIABLES):
-        hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
+        hosts = job_hosts(args)
         first = hosts[0].name if hosts else None  # where rank 0 runs
         env.update(torch_variables.master(first, first is None or is_this_host(first, this_host_names())))
     return env
@@ -91,7 +91,7 @@ def launch(args):
     # it, and those the launcher itself sets on mpiexec (where commits are, which start this is, where it listens).
     forward = sorted({n for n in os.environ if not _NOT_FORWARDED.fullmatch(n)} | set(launcher_variables(args))) \
         if flavour == OPENMPI else ()
-    hosts = args.hosts or (args.hostfile.hosts if args.hostfile else None)
+    hosts = job_hosts(args)
     mpiexec_variables = ssh_variables(flavour, args.ssh_args)  # mpiexec's own, not the ranks'
     launch_env = dict(os.environ, **env, **mpiexec_variables)
 
@@ -132,7 +132,7 @@ def run_once(args, argv, env, command_for):
     --max-restarts), removes its commits, which no later start could find."""
     job = new_job_id()
     env = dict(env, **{JOB_VARIABLE: job})  # where its commits go, if it makes any
-    hosts = [host.name for host in args.hosts or (args.hostfile.hosts if args.hostfile else [])]
+    hosts = [host.name for host in job_hosts(args) or []]
     outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None, ranks=args.num_proc,
                       start_timeout=args.start_timeout, listen_on=report_addresses(hosts, args.interfaces))
     if outcome.code != 0 and COMMITTED in outcome.reports:

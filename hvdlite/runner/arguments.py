@@ -198,3 +198,8 @@ def tuning_env(args):
         if setting.flag and value is not None:
             env[setting.env] = setting.flag_to_env(value)
     return env
+
+
+def job_hosts(args):
+    """The hosts given with -H or --hostfile, or None (this host)."""
+    return args.hosts or (args.hostfile.hosts if args.hostfile else None)

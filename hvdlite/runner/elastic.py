@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 
+from .arguments import job_hosts
 from .commit_removal import remove_commits
 from .protocol import EXIT_HOSTS_UPDATED, JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
@@ -182,7 +183,7 @@ class Supervisor:
         """(hosts, num_proc) for the next start; None when too few slots appear in time (logged) or the launcher is
         told to stop meanwhile."""
         if not self.elastic:
-            return self.args.hosts or (self.args.hostfile.hosts if self.args.hostfile else None), self.args.num_proc
+            return job_hosts(self.args), self.args.num_proc
         deadline = time.monotonic() + self.args.elastic_timeout
         while True:
             hosts = self._usable_hosts()

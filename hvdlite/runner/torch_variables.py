@@ -11,12 +11,9 @@ import os
 import socket
 import sys
 
-from ..logging import launcher_rank, launcher_size
+from ..logging import launcher_local_rank, launcher_local_size, launcher_rank, launcher_size
 
 MASTER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
-# Each MPI launcher's name for a rank's place on its host, and for the number of ranks there.
-_LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
-_LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
 
 
 def wrap(command):
@@ -35,16 +32,8 @@ def master(first_host, is_local):
 def rank_variables(environ):
     """torchrun's per-rank variables from the MPI launcher's (those it does not give are left out)."""
     found = {"RANK": launcher_rank(environ), "WORLD_SIZE": launcher_size(environ),
-             "LOCAL_RANK": _first(environ, _LOCAL_RANK_VARIABLES), "LOCAL_WORLD_SIZE": _first(environ, _LOCAL_SIZE_VARIABLES)}
+             "LOCAL_RANK": launcher_local_rank(environ), "LOCAL_WORLD_SIZE": launcher_local_size(environ)}
     return {name: value for name, value in found.items() if value is not None}
-
-
-def _first(environ, names):
-    for name in names:
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return value
-    return None
 
 
 def main(argv):

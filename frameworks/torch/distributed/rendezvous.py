@@ -2,15 +2,16 @@
 
 init_process_group without an init_method reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. hvdliterun sets
 them all; a plain mpiexec sets none. Where RANK or WORLD_SIZE is missing, the job's MPI ranks take their place:
-rank 0 starts torch's TCPStore (on MASTER_ADDR and MASTER_PORT where they are set, else on loopback when every
-rank is on its host, its host name otherwise, and a free port) and the others learn where from hvdlite's broadcast
-(every rank is in init_process_group: it is collective). Where both are set, torch's own handler runs unchanged.
+rank 0 starts torch's TCPStore (on MASTER_PORT where set, else a free port) and tells the others where to reach it
+through hvdlite's broadcast (every rank is in init_process_group: it is collective): MASTER_ADDR where set, else
+loopback when every rank is on its host, else its host name and IPv4 addresses, the first that answers. Where both are set, torch's own handler runs unchanged.
 """
 import importlib
 import os
 import socket
 
 from torch.distributed import TCPStore
+from torch.distributed.constants import default_pg_timeout
 
 # The module (torch.distributed's own attribute of that name is its function).
 torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
@@ -28,11 +29,10 @@ def install():
     handlers["env"] = _mpi_or_env_handler
 
 
-def _mpi_or_env_handler(url, timeout=None, **kwargs):
+def _mpi_or_env_handler(url, **kwargs):
     if (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")) or "?" in url:
-        return _torch_env_handler(url, timeout=timeout, **kwargs) if timeout is not None else \
-            _torch_env_handler(url, **kwargs)
-    return _mpi_rendezvous(timeout)
+        return _torch_env_handler(url, **kwargs)
+    return _mpi_rendezvous(kwargs.get("timeout", default_pg_timeout))
 
 
 def _mpi_rendezvous(timeout):
@@ -51,7 +51,7 @@ def _mpi_rendezvous(timeout):
         candidates = [(host, store.port) for host in _master_hosts(single_host=basics.local_size() == size)]
     candidates = broadcast_object(candidates, root_rank=0, name="hvdlite.torch.distributed.rendezvous")
     if store is None:
-        host, port = _first_reachable(candidates, timeout)
+        host, port = _first_reachable(candidates)
         store = TCPStore(host, port, size, False, timeout=timeout)
     yield store, rank, size
     raise RuntimeError("Unable to perform re-rendezvous using hvdlite's MPI rendezvous")
@@ -83,7 +83,7 @@ def _ipv4_addresses():
     return addresses
 
 
-def _first_reachable(candidates, timeout):
+def _first_reachable(candidates):
     """The first (host, port) that accepts a connection (tried in order, a few seconds each)."""
     for host, port in candidates:
         try:
