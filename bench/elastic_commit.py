@@ -10,8 +10,9 @@ fraction of the step, and the least a commit that keeps a copy can add: the step
 state's tensors into buffers kept for them (torch._foreach_copy_, no state dict walked, nothing pickled).
 
 With --device cuda the models train on the GPU, one rank (a one-GPU machine: ranks sharing a GPU would time its
-sharing), and the bare copy goes from the GPU into pinned host buffers (the least a commit that leaves the GPU
-costs); the records are elastic_commit_gpu.json and .png.
+sharing), and the bare copy goes from the GPU into pinned host buffers, waited for (what a commit that leaves the
+GPU before it returns costs at least); a commit copies the state within the GPU and moves it to the host in the
+background (docs/elastic.md). The records are elastic_commit_gpu.json and .png.
 
     python bench/elastic_commit.py [--device cpu|cuda] [--quick] [--json out.json] [--plot [out.png]]
 """
@@ -69,7 +70,9 @@ def measure(kind, size, repeats, budget, device):
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                          named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
-    finish = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # The training stream's work counted in the step's time, as a loop that reads its loss waits for it; not the
+    # whole device's, which would count a commit's transfer to the host going on beside the next step.
+    finish = torch.cuda.current_stream(device).synchronize if device.type == "cuda" else (lambda: None)
 
     def step():
         optimizer.zero_grad()

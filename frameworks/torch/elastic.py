@@ -1,7 +1,7 @@
 """``hvd.elastic`` for PyTorch: TorchState and ElasticSampler, with ``run``, ``ObjectState`` and the errors.
 
-TorchState commits the model's and the optimizer's state dicts (copies on the CPU, so a commit is the state of
-that moment), any ElasticSampler given to it (its epoch and how many samples the job has processed), and other
+TorchState commits the model's and the optimizer's state dicts (copies, so a commit is the state of that moment:
+on the CPU, or on the GPU where the tensors are, elastic_gpu.py), any ElasticSampler given to it (its epoch and how many samples the job has processed), and other
 values as attributes, like ObjectState. A state dict is kept as its structure with the tensors taken out
 (_flatten) and the flat list of tensors, so that a commit copies the tensors in one call: on the rank that writes
 the host's copy straight into its memory slot (commits.memory_arrays), on the others into the last commit's
@@ -20,6 +20,7 @@ from hvdlite import basics
 from hvdlite.elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, commits, run  # noqa: F401
 from hvdlite.elastic.array_block import ArrayBlock
 
+from .elastic_gpu import DeviceCopy
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 
@@ -93,28 +94,13 @@ def _on_cpu(tensors):
     return all(t.device.type == "cpu" for t in tensors)
 
 
-def _copy_all(targets, tensors, on_cpu):
-    """Copies tensors into CPU tensors of the same shapes and dtypes: one call where all are on the CPU (on_cpu);
-    from GPUs into page-locked targets, all started before one wait per GPU (into other memory CUDA copies one at a
-    time anyway)."""
-    if on_cpu:
-        torch._foreach_copy_(targets, tensors)
-        return
-    for target, t in zip(targets, tensors):
-        target.copy_(t, non_blocking=t.device.type == "cuda" and target.is_pinned())
-    for device in {t.device for t in tensors if t.device.type == "cuda"}:
-        torch.cuda.current_stream(device).synchronize()
-
-
 def _copy_into(saved, tensors):
-    """Copies of tensors on the CPU, written into ``saved`` (the copies of the last save) where they still fit:
-    saving every step allocates nothing."""
-    on_cpu = _on_cpu(tensors)
+    """Copies of CPU tensors, written into ``saved`` (the copies of the last save) where they still fit: saving
+    every step allocates nothing."""
     if saved is None or len(saved) != len(tensors) or any(
             s.shape != t.shape or s.dtype != t.dtype for s, t in zip(saved, tensors)):
-        # Page-locked for GPU tensors: their copies are then direct transfers, all under way at once.
-        saved = [torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda") for t in tensors]
-    _copy_all(saved, tensors, on_cpu)
+        saved = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+    torch._foreach_copy_(saved, tensors)
     return saved
 
 
@@ -213,6 +199,8 @@ class TorchState(ObjectState):
         self._saved_samplers = {}
         self._saved_sequence = None  # the commit in the host's memory that is the saved copy, if it is there
         self._in_memory = {}  # sequence % 2 -> _InMemory: where the tensors of a commit to that slot go
+        self._device_copy = None  # the saved copy where tensors are on GPUs (a DeviceCopy; its tensors are saved)
+        self._walked = None  # (dicts, tensors) read by live_snapshot for the save of the same commit
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank, **values)
 
     def _live_dicts(self, tensors):
@@ -221,9 +209,17 @@ class TorchState(ObjectState):
 
     def save(self):
         self._saved_sequence = None
-        tensors = []
-        self._saved_dicts = self._live_dicts(tensors)
-        self._saved_tensors = _copy_into(self._saved_tensors, tensors)
+        walked, self._walked = self._walked, None
+        tensors = walked[1] if walked else []
+        self._saved_dicts = walked[0] if walked else self._live_dicts(tensors)
+        if _on_cpu(tensors):
+            self._device_copy = None
+            self._saved_tensors = _copy_into(self._saved_tensors, tensors)
+        else:
+            commits.wait_filled()  # the host's writer: the last commit may still be read from the GPU copy
+            self._device_copy = DeviceCopy.reused(self._device_copy, tensors, gathered=commits.writes_here())
+            self._device_copy.copy_from(tensors)
+            self._saved_tensors = self._device_copy.tensors
         self._saved_samplers = {name: s.state_dict() for name, s in self._samplers.items()}
         super().save()
 
@@ -266,6 +262,9 @@ class TorchState(ObjectState):
     def live_snapshot(self):
         tensors = []
         dicts = self._live_dicts(tensors)
+        if not _on_cpu(tensors):  # saved on the GPU and written from there (write_saved)
+            self._walked = (dicts, tensors)
+            return None
         return {**self._snapshot_of(dicts, tensors, self._copied_to_memory(tensors)),
                 "samplers": {name: s.state_dict() for name, s in self._samplers.items()},
                 "values": {name: getattr(self, name) for name in self._saved_state}}
@@ -283,8 +282,21 @@ class TorchState(ObjectState):
             return None
         if place is None or place.arrays is not arrays:
             place = self._in_memory[self._sequence % 2] = _InMemory(layout, specs, arrays)
-        _copy_all(place.views, tensors, _on_cpu(tensors))
+        torch._foreach_copy_(place.views, tensors)
         return place.block
+
+    def write_saved(self):
+        copy = self._device_copy
+        if copy is None:
+            return super().write_saved()
+        specs = tuple((_numpy_dtype(dtype), tuple(shape)) for dtype, shape, _ in copy.layout)
+        place = commits.memory_arrays(self._sequence, specs, span=True)
+        if place is None:  # no memory slot: written in line
+            return super().write_saved()
+        arrays, span = place
+        snapshot = {**self._snapshot_of(self._saved_dicts, copy.tensors, copy.block_of(arrays)),
+                    "samplers": self._saved_samplers, "values": self._saved_state}
+        commits.write_filled_later(self._sequence, self._payload(snapshot), copy.fill(arrays, span))
 
     def saved_in_memory(self, sequence):
         self._saved_sequence = sequence
@@ -296,6 +308,7 @@ class TorchState(ObjectState):
     def _take_saved(self, snapshot):
         """Makes snapshot (as snapshot() returns it) the saved copy, without applying it."""
         self._saved_sequence = None
+        self._device_copy = None
         self._saved_dicts = snapshot["dicts"]
         self._saved_tensors = _as_tensors(snapshot)
         self._saved_samplers = snapshot["samplers"]

@@ -2,8 +2,9 @@
 starts again.
 
 The first rank of each host keeps the job's commits in two places:
-- in memory: two slots under /dev/shm (memory_slots.py), written in line by ``commit()``; they outlive every
-  process of the job. A commit costs one memory copy there.
+- in memory: two slots under /dev/shm (memory_slots.py), written in line by ``commit()`` (for a state on GPUs by
+  a thread once the GPU's copy is made: filler.py); they outlive every process of the job. A commit costs one
+  memory copy there.
 - on disk: the same commit in the commit directory (HVDLITE_ELASTIC_COMMIT_DIR, default
   ``<tmp>/hvdlite-elastic-<job>``), written by a background thread with the SHA-256 of its content and fsynced
   (file and directory), so that a host that restarts, its memory copy gone, still holds it. The thread writes
@@ -32,12 +33,13 @@ from hvdlite.process_sets import global_process_set
 from hvdlite.runner import commit_folders, protocol
 from hvdlite.runner.commit_folders import directory, memory_directory
 
-from . import memory_slots
+from . import filler, memory_slots
 from .commit_body import decode, encode, parts, pickled  # noqa: F401 (encode: for callers)
 
 KEEP = 2  # the newest disk commits kept per host: one to fall back to if the newest is damaged
 MAGIC = b"HVDLCMT1"  # disk: magic, SHA-256 of the body, body
 DISK_INTERVAL = 1.0  # seconds between two disk writes of the background thread
+FILL_AT_EXIT = 60.0  # seconds a process that ends waits at most for a commit still coming from its GPU
 
 
 def writes_here():
@@ -62,9 +64,6 @@ class _DiskWriter:
         self._flushing = 0  # threads waiting in wait(): the pause between writes is skipped
         self._error = None
         threading.Thread(target=self._run, name="hvdlite-commit-disk", daemon=True).start()
-        # A process that ends normally puts its last commit on disk first (the thread is a daemon: it would end
-        # mid-write). One that fails (hvd.elastic.run's exit) does not wait: its commits are in memory.
-        atexit.register(self._wait_at_exit)
 
     def submit(self, sequence, path):
         with self._condition:
@@ -81,13 +80,6 @@ class _DiskWriter:
             error, self._error = self._error, None
         if error is not None:
             raise error
-
-    def _wait_at_exit(self):
-        try:
-            self.wait()
-        except OSError as error:
-            print(f"[hvdlite rank {basics.rank()}] elastic: the last commit did not reach the disk: {error}",
-                  file=sys.stderr, flush=True)
 
     def _run(self):
         while True:
@@ -112,7 +104,38 @@ class _DiskWriter:
 
 
 _writer = None
+_filler = None
 _launcher_told = False  # that this host holds commits of the job (once per process: the first commit)
+_rank = None  # this process's rank, for what is said at its end (hvdlite may be shut down by then)
+
+
+def _first_commit_here():
+    """Before this process writes its first commit: tells the launcher (one that will not start the job again
+    removes what the job leaves) and has the process's normal end finish its commits."""
+    global _launcher_told, _rank
+    if not _launcher_told:
+        _rank = basics.rank()
+        protocol.tell_launcher(protocol.COMMITTED)
+        atexit.register(_at_exit)
+        _launcher_told = True
+
+
+def _at_exit():
+    # A process that ends normally puts its last commit in memory and on disk first (the threads are daemons:
+    # they would end mid-write). One that fails (hvd.elastic.run's exit) only lets a GPU's commit reach memory.
+    finish_in_memory()
+    try:
+        flush()
+    except OSError as error:
+        print(f"[hvdlite rank {_rank}] elastic: the last commit did not reach the disk: {error}",
+              file=sys.stderr, flush=True)
+
+
+def finish_in_memory():
+    """Lets a commit still coming from a GPU reach this host's memory (at most FILL_AT_EXIT seconds), reporting
+    a failure instead of raising it: for a process about to end."""
+    if _filler is not None:
+        filler.wait_at_exit(_filler, _rank, FILL_AT_EXIT)
 
 
 class _HostMemory:
@@ -159,31 +182,54 @@ def host_memory():
     return memory
 
 
-def memory_arrays(sequence, specs):
+def memory_arrays(sequence, specs, span=False):
     """NumPy arrays in this host's memory, one per (dtype string, shape) of ``specs``, for a state to copy its
     arrays into before ``write(sequence, payload)`` with an ArrayBlock of them, which then copies them no more; None
-    where commits do not go to memory (or it is full)."""
+    where commits do not go to memory (or it is full). With ``span``: (the arrays, one uint8 array over all of
+    them: MemorySlot.span)."""
+    wait_filled()  # this slot's commit is cleared now: the other one must hold a whole commit first
     memory = host_memory()
     slot = memory.slot(sequence)
     if slot is None:
         return None
     try:
-        return slot.arrays_for(specs)
+        arrays = slot.arrays_for(specs)
     except OSError as error:
         memory.give_up(error)
         return None
+    return (arrays, slot.span()) if span else arrays
 
 
 def write(sequence, payload):
     """Stores commit ``sequence`` (a picklable object; its arrays may be the live state's, which is copied before
     this returns) in this host's memory, in line, and has the background thread copy it to disk. Returns True when
     it is in memory (read_memory gives it back), False when it went to disk in line instead."""
-    global _writer, _launcher_told
-    if not _launcher_told:
-        # Before anything is written: a launcher that will not start the job again removes what it leaves.
-        protocol.tell_launcher(protocol.COMMITTED)
-        _launcher_told = True
-    data, views = pickled(payload)
+    wait_filled()
+    _first_commit_here()
+    return _store(sequence, *pickled(payload))
+
+
+def write_filled_later(sequence, payload, fill):
+    """Stores commit ``sequence`` as ``write`` does, in the background: its arrays, which ``memory_arrays`` gave,
+    are written by ``fill()`` on another thread (filler.py); the rest is pickled here. Waits for the commit
+    before it first."""
+    global _filler
+    _first_commit_here()
+    if _filler is None:
+        _filler = filler.Filler(_store)
+    _filler.submit(sequence, *pickled(payload), fill)
+
+
+def wait_filled():
+    """Until a commit handed to write_filled_later is in this host's memory; raises what filling it raised."""
+    if _filler is not None:
+        _filler.wait()
+
+
+def _store(sequence, data, views):
+    """write's second half: the pickled commit into its memory slot (and, in the background, to disk), or to disk
+    in line where memory is not used."""
+    global _writer
     memory = host_memory()
     slot = memory.slot(sequence)  # the one whose arrays memory_arrays handed out for this commit, if it was asked
     if slot is not None:
@@ -202,6 +248,7 @@ def write(sequence, payload):
 
 def read_memory(sequence):
     """The payload of commit ``sequence`` from this host's memory (one of the two newest there)."""
+    wait_filled()
     folder = memory_directory()
     for path in _slot_paths(folder) if folder else ():
         slot = memory_slots.read(path)
@@ -248,6 +295,7 @@ def _write_atomically(folder, final, parts):
 def flush():
     """Waits until every commit written here is on disk and durable (before a job removes its commits, and in
     tests)."""
+    wait_filled()
     if _writer is not None:
         _writer.wait()
 
@@ -285,6 +333,7 @@ def read_verified(path):
 def newest_here():
     """(sequence, body) of this host's newest intact commit, in memory or on disk, or (-1, None); damaged disk
     commits are reported and skipped."""
+    wait_filled()
     folder = memory_directory()
     slots = [memory_slots.read(path) for path in _slot_paths(folder)] if folder else []
     newest = max((slot for slot in slots if slot), default=(-1, None), key=lambda slot: slot[0])

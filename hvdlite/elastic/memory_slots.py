@@ -31,7 +31,7 @@ class MemorySlot:
         self._descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         self._map = None
         self._size = 0
-        self._arrays = (None, [])  # (specs, arrays) of the last arrays_for
+        self._arrays = (None, [], None)  # (specs, arrays, their span) of the last arrays_for
         self._pickle_room = 4096   # room left after the arrays for the pickle (grows to the largest seen)
         self._map_to(os.fstat(self._descriptor).st_size)
 
@@ -39,7 +39,7 @@ class MemorySlot:
         # The old map is not closed: arrays handed out may still view it; it goes with the last of them.
         self._map = mmap.mmap(self._descriptor, size) if size else None
         self._size = size
-        self._arrays = (None, [])
+        self._arrays = (None, [], None)
 
     def _reserve(self, size):
         # Grown first (ENOSPC here, where /dev/shm is full, rather than SIGBUS on a write), never shrunk: the header
@@ -64,8 +64,15 @@ class MemorySlot:
             self._reserve(HEADER.size + at + self._pickle_room)
             arrays = [np.ndarray(shape, dtype, buffer=self._map, offset=HEADER.size + offset)
                       for dtype, (_, shape), offset in zip(dtypes, specs, offsets)]
-            self._arrays = (specs, arrays)
+            first = offsets[0] if offsets else at
+            span = np.ndarray(at - first, np.uint8, buffer=self._map, offset=HEADER.size + first)
+            self._arrays = (specs, arrays, span)
         return self._arrays[1]
+
+    def span(self):
+        """The bytes from the first array of the last ``arrays_for`` to the end of its last, padding included (laid
+        out as commit_body.layout says): one copy can fill them all."""
+        return self._arrays[2]
 
     def store(self, sequence, data, views):
         """Writes commit ``sequence``: its pickle and its arrays' memory (commit_body.pickled); arrays that are
@@ -92,7 +99,7 @@ class MemorySlot:
     def close(self):
         os.close(self._descriptor)
         self._map = None
-        self._arrays = (None, [])
+        self._arrays = (None, [], None)
 
 
 def read(path):

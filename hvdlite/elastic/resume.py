@@ -50,4 +50,5 @@ def run(func):
 def _leave(code, why):
     print(f"[hvdlite rank {basics.rank()}] elastic: {why}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    commits.finish_in_memory()  # a commit still coming from this rank's GPU: local work, bounded
     os._exit(code)  # MPI cannot go on after this; no atexit handler may wait on peers that are gone

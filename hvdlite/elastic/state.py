@@ -49,8 +49,13 @@ class State:
         else:
             self.save()
             if writer and live is None:
-                commits.write(self._sequence, self._payload(self.snapshot()))
+                self.write_saved()
         self.check_host_updates()
+
+    def write_saved(self):
+        """Writes the saved copy (just made by ``save``) as this commit into the host's memory; subclasses whose
+        copy is on a GPU finish it in the background (commits.write_filled_later)."""
+        commits.write(self._sequence, self._payload(self.snapshot()))
 
     def _payload(self, snapshot):
         return {"sequence": self._sequence, "size": self._committed_size, "state": snapshot}

@@ -190,6 +190,78 @@ def test_restore_goes_back_to_the_commit_kept_in_memory(tmp_path, monkeypatch):
     commits.remove()
 
 
+@pytest.mark.ranks(1)
+def test_a_commit_filled_in_the_background_is_waited_for_by_whatever_reads_or_reuses_the_slots(tmp_path,
+                                                                                                monkeypatch):
+    """The machinery of commits whose arrays come from a GPU (commits.write_filled_later, filler.py), on real
+    memory slots. The fill here is NumPy's copy of one buffer laid out as the slot's arrays into the slot's span:
+    it stands in for the GPU's transfer (tests/gpu/elastic_commit.py checks that one on a GPU) and is held back by
+    an event, so that the test sees what waits for it: reading the commit, the next commit, the end of a process.
+    A fill that fails is raised at the next wait."""
+    import threading
+    import hvdlite
+    from hvdlite.elastic import commit_body, commits
+    from hvdlite.elastic.array_block import ArrayBlock
+    monkeypatch.setenv("HVDLITE_ELASTIC_COMMIT_DIR", str(tmp_path))
+    hvdlite.init()
+    specs = (("<f4", (3, 5)), ("<i2", (7,)), ("<f8", (0,)), ("|u1", (1,)), ("<f8", (33,)))
+    order, released = [], threading.Event()
+
+    def commit(sequence, hold=False, fail=False):
+        random = np.random.default_rng(sequence)
+        want = [(random.standard_normal(shape) * 100).astype(dtype) for dtype, shape in specs]
+        offsets, end = commit_body.layout([a.nbytes for a in want])
+        laid_out = np.zeros(end - offsets[0], np.uint8)  # the GPU's buffer, laid out as the slot's arrays
+        for array, offset in zip(want, offsets):
+            laid_out[offset - offsets[0]:offset - offsets[0] + array.nbytes] = array.view(np.uint8).reshape(-1)
+        arrays, span = commits.memory_arrays(sequence, specs, span=True)
+
+        def fill():
+            if hold:
+                released.wait()
+            if fail:
+                raise RuntimeError("the transfer failed")
+            span[...] = laid_out
+            order.append(sequence)
+        commits.write_filled_later(sequence, {"step": sequence, "arrays": ArrayBlock(arrays)}, fill)
+        return want
+
+    def assert_committed(sequence, want):
+        payload = commits.read_memory(sequence)
+        assert payload["step"] == sequence
+        for got, array in zip(payload["arrays"].arrays, want, strict=True):
+            assert got.dtype == array.dtype and got.shape == array.shape and np.array_equal(got, array)
+
+    first = commit(1)
+    second = commit(2, hold=True)
+    reader = threading.Thread(target=lambda: order.append(("read", commits.agree_and_load()[0])))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive() and order == [1]  # the newest commit is still coming: reading it waits
+    released.set()
+    reader.join(30)
+    assert order == [1, 2, ("read", 2)]
+    assert_committed(1, first)
+    assert_committed(2, second)
+    released.clear()
+    commit(3, hold=True)
+    committer = threading.Thread(target=lambda: commit(4))  # into the slot of 2: waits until 3 is whole
+    committer.start()
+    committer.join(0.5)
+    assert committer.is_alive() and order[-1] == ("read", 2)
+    released.set()
+    committer.join(30)
+    commits.wait_filled()
+    assert order[-2:] == [3, 4]
+    commit(5, fail=True)
+    with pytest.raises(RuntimeError, match="the transfer failed"):
+        commits.wait_filled()
+    commit(6)
+    commits.finish_in_memory()  # what a process about to end does: 6 is whole, 5 never was
+    assert order[-1] == 6 and commits.agree_and_load()[0] == 6
+    commits.remove()
+
+
 @pytest.mark.ranks(2)
 def test_restore_and_snapshots_of_adam_and_bfloat16_state(tmp_path, monkeypatch):
     """On the rank that writes its host's memory copy and on the one that saves its own (into the buffers of the

@@ -4,7 +4,8 @@ On 2 ranks of one host: the host's writer, whose tensors go from the GPU straigh
 a rank that keeps its own copy. After DistributedOptimizer steps on CUDA (Adam; a bfloat16 buffer changed every
 step), commit, more steps, then restore(): every parameter, buffer and Adam state tensor is back, on its GPU and
 bitwise as committed; and the commit read back as a restarted job reads it (commits.agree_and_load) and loaded
-into a fresh model on the GPU gives the same.
+into a fresh model on the GPU gives the same, also for six more commits each followed at once by a step (the
+writer's commits reach the host's memory in the background).
 
     mpiexec -n 2 python tests/gpu/elastic_commit.py [--device cuda|cpu]
 """
@@ -78,6 +79,14 @@ def committed_and_restored(device):
     problems += compare("commit read back", everything(fresh_model, fresh_optimizer), committed)
     if sequence != 2 or fresh.epoch != 1:
         problems.append(f"commit read back: sequence {sequence}, epoch {fresh.epoch}; committed 2 and 1")
+    for step in range(4, 10):  # both memory slots in turn, the live state changed while a commit is still moving
+        train_step(step)
+        state.commit()
+        committed = everything(model, optimizer)
+        train_step(100 + step)
+        sequence, payload = commits.agree_and_load()
+        fresh.load_snapshot(payload["state"])
+        problems += compare(f"commit {sequence} read back", everything(fresh_model, fresh_optimizer), committed)
     hvd.allreduce(torch.zeros(1), name="elastic_check.done")  # every rank done with the host's commits
     if commits.writes_here():
         commits.remove()  # as hvd.elastic.run does when a job ends: the host's writer, once
