@@ -165,17 +165,20 @@ def elastic_commit_block(result, on_gpu=None):
 
 
 GPU_ALLREDUCES = {"gpu_allreduce": "time-sliced", "gpu_allreduce_mps": "MPS"}
+# The same runs on another card, kept beside the first card's record: training ratios and the time-sliced all-reduce.
+H200_RECORDS = {"training": "gpu_training_h200", "allreduce": "gpu_allreduce_h200"}
 
 
-def gpu_block(allreduces, training):
+def gpu_block(allreduces, training, plot="benchmarks/gpu.png"):
     """The GPU figures (tests/gpu/run.sh's bench and bench/torch_synthetic.py --device cuda, run on a GPU machine:
-    `make bench` has none to rerun them, this only renders their JSON)."""
+    `make bench` has none to rerun them, this only renders their JSON). ``allreduces``: label -> record."""
     m = (training or next(iter(allreduces.values())))["machine"]
     text = (f"- machine: {m.get('gpu', '?')}, {m.get('cores', '?')} CPU cores; torch {m.get('torch', '')}, NCCL "
             f"{m.get('nccl', '')}, {m.get('mpi', '')}, Python {m.get('python', '')}\n"
             f"- one GPU: 2 ranks share it, each as its own NCCL host (NCCL_HOSTID; NCCL before 2.30 refuses two "
-            f"ranks of one host on one GPU), connected by NCCL's socket transport, the same for both frameworks\n\n"
-            "![GPU](benchmarks/gpu.png)\n")
+            f"ranks of one host on one GPU), connected by NCCL's socket transport, the same for both frameworks\n")
+    if plot:
+        text += f"\n![GPU]({plot})\n"
     if training:
         text += ("\n| setup | model (parameters) | hvdlite samples/s | DDP (NCCL) samples/s | hvdlite / DDP |\n"
                  "|---|---|---:|---:|---:|\n")
@@ -185,13 +188,13 @@ def gpu_block(allreduces, training):
     if allreduces:
         text += ("\n| 2 ranks | all-reduce | hvdlite ms | torch.distributed ms | ratio | hvdlite GB/s | torch GB/s |\n"
                  "|---|---:|---:|---:|---:|---:|---:|\n")
-        text += "\n".join(f"| {GPU_ALLREDUCES[name]} | {r['bytes'] >> 20} MiB | {r['hvdlite_ms']:.3f} | "
+        text += "\n".join(f"| {label} | {r['bytes'] >> 20} MiB | {r['hvdlite_ms']:.3f} | "
                           f"{r['torch_ms']:.3f} | {r['ratio']:.2f} | {r['hvdlite_busbw_gbs']:.1f} | "
-                          f"{r['torch_busbw_gbs']:.1f} |" for name, result in allreduces.items() for r in result["rows"])
+                          f"{r['torch_busbw_gbs']:.1f} |" for label, result in allreduces.items() for r in result["rows"])
         text += "\n"
-        for name, result in allreduces.items():
+        for label, result in allreduces.items():
             a = result["machine"]
-            text += (f"\n- {GPU_ALLREDUCES[name]}: revision {a.get('git', '')}, {a.get('date', '')}; command: "
+            text += (f"\n- {label}: revision {a.get('git', '')}, {a.get('date', '')}; command: "
                      f"`{a.get('command', '')}`")
     return text
 
@@ -272,7 +275,7 @@ def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
                                              "torch_ddp_backend_2hosts", "tf_synthetic", "autotune",
                                              "multihost", "elastic_commit", "elastic_commit_gpu", "gpu_training",
-                                             *GPU_ALLREDUCES)}
+                                             *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
@@ -282,9 +285,13 @@ def main():
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))
-    allreduces = {name: results[name] for name in GPU_ALLREDUCES if results[name]}
+    allreduces = {label: results[name] for name, label in GPU_ALLREDUCES.items() if results[name]}
     if results["gpu_training"] or allreduces:
         text = replace_block(text, "gpu", gpu_block(allreduces, results["gpu_training"]))
+    h200 = {kind: results[name] for kind, name in H200_RECORDS.items()}
+    if h200["training"] or h200["allreduce"]:
+        text = replace_block(text, "gpu_h200", gpu_block({"time-sliced": h200["allreduce"]} if h200["allreduce"] else {},
+                                                         h200["training"], plot=None))
     with open(DOC, "w") as f:
         f.write(text)
     print(f"updated {os.path.relpath(DOC, ROOT)}")
