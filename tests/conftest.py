@@ -5,6 +5,7 @@ import os
 
 pytest_plugins = ["harness.multirank", "harness.checks", "harness.mpi_segments", "harness.marks"]
 
-# make test-openmpi's venv holds no framework (HVDLITE_TEST_FRAMEWORKS=none): the frameworks' folders are not
-# collected there. Everywhere else they are, and a missing framework is an import error, not a skip.
-collect_ignore = ["torch", "tensorflow", "frameworks"] if os.environ.get("HVDLITE_TEST_FRAMEWORKS") == "none" else []
+# make test-openmpi's venv holds no framework nor engine (HVDLITE_TEST_FRAMEWORKS=none): their folders are not
+# collected there. Everywhere else they are, and a missing one is an import error, not a skip.
+collect_ignore = (["torch", "tensorflow", "frameworks", "engines"]
+                  if os.environ.get("HVDLITE_TEST_FRAMEWORKS") == "none" else [])

@@ -160,13 +160,25 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     return _results(exchange.results, code)
 
 
-def _launch(argv, env):
+def _launch(argv, env, started=None, stdout=None, stderr=None):
     """Runs hvdliterun; its exit code. Interrupted (Ctrl-C in a notebook), the caller tells the launcher to stop, as
     a terminal would, and waits for it: the launcher then ends the job its own way (an elastic run's commits
-    removed, say) instead of being killed, as subprocess.run would kill it."""
-    launcher = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+    removed, say) instead of being killed, as subprocess.run would kill it. ``started(process)`` is called once it
+    runs; ``stdout``/``stderr``: objects with ``write(str)`` that take the job's output (else this process's)."""
+    launcher = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if stdout is not None else None,
+                                stderr=subprocess.PIPE if stderr is not None else None)
+    copiers = [threading.Thread(target=_copy_lines, args=(pipe, to), daemon=True)
+               for pipe, to in ((launcher.stdout, stdout), (launcher.stderr, stderr)) if to is not None]
+    for copier in copiers:
+        copier.start()
+    if started is not None:
+        started(launcher)
     try:
-        return launcher.wait()
+        code = launcher.wait()
+        for copier in copiers:
+            copier.join()
+        return code
     except BaseException:
         launcher.send_signal(signal.SIGINT)
         try:
@@ -175,6 +187,12 @@ def _launch(argv, env):
             launcher.kill()
             launcher.wait()
         raise
+
+
+def _copy_lines(pipe, to):
+    for line in iter(pipe.readline, b""):
+        to.write(line.decode(errors="replace"))
+    pipe.close()
 
 
 def _renamed(num_proc, np, min_num_proc, min_np, max_num_proc, max_np):

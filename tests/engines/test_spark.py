@@ -1,0 +1,149 @@
+"""hvdlite.spark on a real PySpark (local[2]: a JVM and its Python workers, started here): the ranks run inside the
+barrier stage's tasks (each rank's process descends from a PySpark worker), values come back in rank order with
+args and kwargs; a raising rank, a task killed while its rank runs and a stage that cannot start make ``run``
+raise promptly, leave no rank or proxy behind, and leave the SparkContext usable; HorovodRunner on Spark and on
+the driver alone."""
+import os
+import signal
+import sys
+import time
+import uuid
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import pyspark.sql
+
+import hvdlite.spark
+from hvdlite.runner.job import processes_with_environment
+
+KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it takes about one)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this module: its helpers go along
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-tests")
+               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def job_token(monkeypatch):
+    """A variable the ranks inherit (from the launcher on the driver), to find any left behind."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("HVDLITE_TEST_TOKEN", token)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield token
+    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+def ancestors():
+    """The command lines of this process's ancestors, nearest first (in a rank: proxy, task, ...)."""
+    lines, pid = [], os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            lines.append(stream.read().replace(b"\0", b" ").decode(errors="replace"))
+        with open(f"/proc/{pid}/stat") as stream:
+            pid = int(stream.read().rsplit(")", 1)[1].split()[1])
+    return lines
+
+
+def task_pid():
+    """The pid of the PySpark worker (the task's process) this rank descends from."""
+    pid = os.getpid()
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as stream:
+            parent = int(stream.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{parent}/cmdline", "rb") as stream:
+            if b"pyspark" in stream.read():
+                return parent
+        pid = parent
+    raise RuntimeError("this rank does not descend from a PySpark worker")
+
+
+def test_every_rank_runs_inside_a_task_and_the_values_come_back_in_rank_order(spark, job_token):
+    def step(scale, *, offset):
+        import numpy as np
+        import hvdlite as hvd
+        hvd.init()
+        x = np.arange(6, dtype=np.float64) * (hvd.rank() + 1) * scale + offset
+        total = hvd.allreduce(x, name="x", op=hvd.Sum)
+        result = {"rank": hvd.rank(), "size": hvd.size(), "total": total, "ancestors": ancestors()}
+        hvd.shutdown()
+        return result
+
+    results = hvdlite.spark.run(step, args=(0.5,), kwargs={"offset": 2.0}, num_proc=2)
+    expected = sum(np.arange(6, dtype=np.float64) * (rank + 1) * 0.5 + 2.0 for rank in range(2))
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)]
+    for result in results:
+        np.testing.assert_array_equal(result["total"], expected)
+        assert "hydra_pmi_proxy" in result["ancestors"][0]
+        assert any("pyspark" in line for line in result["ancestors"][1:]), result["ancestors"]
+
+
+def test_num_proc_defaults_to_sparks_parallelism(spark, job_token):
+    def rank_and_size():
+        import hvdlite as hvd
+        hvd.init()
+        return hvd.rank(), hvd.size()
+
+    assert hvdlite.spark.run(rank_and_size) == [(0, 2), (1, 2)]  # local[2]
+
+
+def test_a_raising_rank_fails_the_run_with_its_traceback(spark, job_token):
+    def fails_on_one():
+        import hvdlite as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError("rank 1 cannot go on")
+        hvd.allreduce(np.zeros(1), name="never_completes")
+        return "unreachable"
+
+    started = time.monotonic()
+    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*ValueError: rank 1 cannot go on"):
+        hvdlite.spark.run(fails_on_one, num_proc=2)
+    assert time.monotonic() - started < 60
+    assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2
+
+
+def test_a_task_killed_while_its_rank_runs_fails_the_run_promptly(spark, job_token, tmp_path):
+    marker = tmp_path / "killed"
+
+    def killed_on_one(marker):
+        import time
+        import hvdlite as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            with open(marker, "w") as stream:
+                stream.write(str(time.time()))
+            os.kill(task_pid(), signal.SIGKILL)  # the task's process, as Spark loses an executor's worker
+        time.sleep(600)  # both ranks would wait here: only the lost task ends the run
+
+    with pytest.raises(hvdlite.spark.SlotLost, match="lost slot-1"):
+        hvdlite.spark.run(killed_on_one, args=(str(marker),), num_proc=2)
+    kill_to_raise = time.time() - float(marker.read_text())
+    print(f"from the killed task to run() raising: {kill_to_raise:.2f} s")
+    assert kill_to_raise < KILL_TO_RAISE_LIMIT
+    assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2
+
+
+def test_a_stage_that_cannot_start_in_time_says_so(spark, job_token):
+    with pytest.raises(TimeoutError, match="0 of 3 slots registered within 5 s"):
+        hvdlite.spark.run(lambda: None, num_proc=3, start_timeout=5)  # local[2] cannot hold 3 barrier tasks
+    assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2
+
+
+def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
+    def main(value):
+        import hvdlite as hvd
+        hvd.init()
+        return (hvd.rank(), hvd.size(), value, any("pyspark" in line for line in ancestors()))
+
+    assert hvdlite.spark.HorovodRunner(np=2).run(main, value=3) == (0, 2, 3, True)
+    assert hvdlite.spark.HorovodRunner(np=-2).run(main, value=4) == (0, 2, 4, False)
+    with pytest.raises(ValueError, match="non-zero"):
+        hvdlite.spark.HorovodRunner(np=0)
