@@ -51,17 +51,17 @@ def build_model():
     ])
 
 
-def main():
-    args = parse_args()
+def train(epochs=30, batch_size=16, lr=0.002, warmup_epochs=3, seed=0):
+    """Trains on this rank's shard; returns (size, validation accuracy, validation loss) on the whole set."""
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     # Different seeds per rank on purpose: the broadcast callback makes the starting weights rank 0's.
-    keras.utils.set_random_seed(args.seed + rank)
+    keras.utils.set_random_seed(seed + rank)
 
-    x_train, x_val, y_train, y_val = load_data(args.seed)
+    x_train, x_val, y_train, y_val = load_data(seed)
     x_shard, y_shard = x_train[rank::size], y_train[rank::size]
 
-    scaled_lr = args.lr * size
+    scaled_lr = lr * size
     optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(scaled_lr))
     model = build_model()
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -69,19 +69,30 @@ def main():
     callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
-        hvd.callbacks.LearningRateWarmupCallback(scaled_lr, warmup_epochs=args.warmup_epochs, verbose=0),
+        hvd.callbacks.LearningRateWarmupCallback(scaled_lr, warmup_epochs=warmup_epochs, verbose=0),
     ]
-    model.fit(x_shard, y_shard, batch_size=args.batch_size, epochs=args.epochs,
+    model.fit(x_shard, y_shard, batch_size=batch_size, epochs=epochs,
               validation_data=(x_val[rank::size], y_val[rank::size]), callbacks=callbacks,
               verbose=2 if rank == 0 else 0)
 
     loss, accuracy = model.evaluate(x_val, y_val, batch_size=256, verbose=0)
-    if rank == 0:
-        print(f"ranks={size} val_accuracy={accuracy:.4f} val_loss={loss:.4f}", flush=True)
-        if args.json:
-            with open(args.json, "w") as stream:
-                json.dump({"size": size, "val_accuracy": float(accuracy), "val_loss": float(loss),
-                           "epochs": args.epochs, "batch_size_per_rank": args.batch_size}, stream)
+    return size, float(accuracy), float(loss)
+
+
+def report(args, size, accuracy, loss):
+    """Rank 0's line (and --json file)."""
+    print(f"ranks={size} val_accuracy={accuracy:.4f} val_loss={loss:.4f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump({"size": size, "val_accuracy": accuracy, "val_loss": loss, "epochs": args.epochs,
+                       "batch_size_per_rank": args.batch_size}, stream)
+
+
+def main():
+    args = parse_args()
+    size, accuracy, loss = train(args.epochs, args.batch_size, args.lr, args.warmup_epochs, args.seed)
+    if hvd.rank() == 0:
+        report(args, size, accuracy, loss)
 
 
 if __name__ == "__main__":
