@@ -174,10 +174,11 @@ $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 	$(PIP) install tensorflow-cpu
 	@touch $@
 
-# PySpark for the cluster-engine tests (tests/engines); its JVM needs a Java runtime (.ci/run installs Debian's).
-$(STAMPS)/spark: | $(STAMPS)/mpi
+# PySpark and Ray for the cluster-engine tests (tests/engines); Spark's JVM needs a Java runtime (.ci/run installs
+# Debian's).
+$(STAMPS)/engines: | $(STAMPS)/mpi
 	@command -v java >/dev/null || { echo "PySpark needs Java: apt-get install default-jre-headless" >&2; exit 1; }
-	$(PIP) install pyspark
+	$(PIP) install pyspark ray
 	@touch $@
 
 # The real NCCL (its wheel), for the GPU loader's tests on this machine without a GPU (tests/gpu/test_gpu_libraries.py).
@@ -187,7 +188,7 @@ $(STAMPS)/nccl: | $(STAMPS)/mpi
 
 # Editable and without build isolation: the build uses this venv's MPICH, and a rebuild needs no fresh environment.
 $(STAMPS)/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt | $(STAMPS)/torch $(STAMPS)/torch-users \
-		$(STAMPS)/tensorflow $(STAMPS)/nccl $(STAMPS)/spark
+		$(STAMPS)/tensorflow $(STAMPS)/nccl $(STAMPS)/engines
 	$(PIP) install --no-build-isolation -e '.[test]'
 	@touch $@
 

@@ -1,5 +1,5 @@
 """``run_on_slots``: ``hvdlite.run(func, ...)`` on slots a cluster engine handed out (slots.py): one rank per slot,
-rank i in slot i, started by hvdliterun through each slot's agent. The engines' front ends (hvdlite.spark,
+started by hvdliterun through the agent of each machine's first slot. The engines' front ends (hvdlite.spark,
 hvdlite.ray) get the slots, register them, call this, and release them."""
 import os
 import signal

@@ -4,10 +4,12 @@ launcher as it starts them on other hosts, with the slot in ssh's place.
 Each slot runs a SlotAgent: a TCP server in the slot's process that runs a command it is given (MPI's proxy, which
 starts the rank) as its child, streams the command's output back and kills it when the connection goes. The slot
 tells the caller's SlotRegistry where its agent listens and keeps that connection open while it lives. The caller
-then starts an ordinary hvdliterun job on hosts named ``slot-0``, ``slot-1``, ... (one rank each, in slot order),
-with ``python -m hvdlite.runner.slot_client`` as the launcher: mpiexec calls it as it would call ssh, and it asks
-the slot's agent to run the proxy. So the ranks' wire-up and all-reduce are those of any job, and every rank is a
-process of its slot: killed with it, and counted by the engine as the slot's.
+then starts an ordinary hvdliterun job, one host per machine the slots are on, named after its first slot
+(``slot-0``, ``slot-3``, ...), with as many ranks as that machine has slots, and with
+``python -m hvdlite.runner.slot_client`` as the launcher: mpiexec calls it as it would call ssh, and it asks that
+slot's agent to run the machine's proxy, which starts its ranks. So the ranks' wire-up and all-reduce are those of
+any job (a machine's ranks share its memory, and hvdlite's local ranks are right), and every rank is a process of
+a slot on its machine: killed with it, and inside the resources the engine handed out there.
 
 Every connection starts with the job's secret: nothing else can make an agent run a command. A slot whose
 registration connection drops (its task or actor died) is reported to the caller at once (``on_lost``), which ends
@@ -248,14 +250,28 @@ class SlotRegistry:
             self._failure = error
             self._condition.notify_all()
 
+    def groups(self):
+        """[(alias, slot indices)]: the slots of each host together, hosts in the order of their first slot. A
+        host's ranks are started by one proxy, through its first slot's agent, so that MPI (and hvdlite's local
+        ranks, and its choice of GPU) see them as one host's; ranks are numbered in this order."""
+        by_host = {}
+        for index in range(self.count):
+            by_host.setdefault(self.slots[index]["host"], []).append(index)
+        return [(ALIAS.format(indices[0]), indices) for indices in by_host.values()]
+
+    def rank_order(self):
+        """The slot index of each rank, by rank."""
+        return [index for _, indices in self.groups() for index in indices]
+
     def write_map(self, path):
-        """The JSON {alias: [address, port]} that slot_client reads."""
+        """The JSON {alias: [address, port]} that slot_client reads: each host's first slot's agent."""
         with open(path, "w") as stream:
-            json.dump({ALIAS.format(i): [slot["address"], slot["port"]] for i, slot in self.slots.items()}, stream)
+            json.dump({alias: [self.slots[indices[0]]["address"], self.slots[indices[0]]["port"]]
+                       for alias, indices in self.groups()}, stream)
 
     def hosts(self):
-        """hvdliterun's -H value: every slot one rank, in slot order."""
-        return ",".join(f"{ALIAS.format(i)}:1" for i in range(self.count))
+        """hvdliterun's -H value: a host per group, as many ranks as it has slots."""
+        return ",".join(f"{alias}:{len(indices)}" for alias, indices in self.groups())
 
     def release(self):
         """Tells every slot that the job is over (each stops its agent and returns) and stops listening."""

@@ -1,0 +1,146 @@
+"""hvdlite.ray.RayExecutor on a real Ray (a local head started here, its raylet and worker processes): the ranks run
+as children of the executor's actors and stay up between calls; run / run_remote / execute / execute_single give
+values by rank; a raising rank and an actor killed while its rank runs make the call raise promptly and end the
+ranks; shutdown leaves no rank or proxy behind, and the executor starts again."""
+import os
+import sys
+import threading
+import time
+import uuid
+
+import cloudpickle
+import numpy as np
+import pytest
+import ray
+
+from hvdlite.ray import RankFailed, RayExecutor, SlotLost
+from hvdlite.runner.job import processes_with_environment
+
+KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed actor to the call raising
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this module
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def job_token(monkeypatch):
+    """A variable the ranks inherit (from the launcher on the driver), to find any left behind."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("HVDLITE_TEST_TOKEN", token)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    yield token
+    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+@pytest.fixture
+def executor(ray_head, job_token):
+    started = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2, cpus_per_worker=1)
+    yield started
+    started.shutdown()
+
+
+def ancestors():
+    lines, pid = [], os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            lines.append(stream.read().replace(b"\0", b" ").decode(errors="replace"))
+        with open(f"/proc/{pid}/stat") as stream:
+            pid = int(stream.read().rsplit(")", 1)[1].split()[1])
+    return lines
+
+
+class Counter:
+    """An executable_cls: its instance lives in the rank between calls."""
+
+    def __init__(self, start):
+        self.value = start
+
+    def bump(self):
+        import hvdlite as hvd
+        hvd.init()
+        self.value += 1 + hvd.rank()
+        return self.value
+
+
+def test_the_ranks_live_in_the_actors_and_answer_every_kind_of_call(executor):
+    def step(scale, *, offset):
+        import hvdlite as hvd
+        hvd.init()
+        x = np.arange(4, dtype=np.float64) * (hvd.rank() + 1) * scale + offset
+        return {"rank": hvd.rank(), "size": hvd.size(), "total": hvd.allreduce(x, name="x", op=hvd.Sum),
+                "pid": os.getpid(), "ancestors": ancestors()}
+
+    executor.start(executable_cls=Counter, executable_args=[10])
+    first = executor.run(step, args=[0.5], kwargs={"offset": 1.0})
+    expected = sum(np.arange(4, dtype=np.float64) * (rank + 1) * 0.5 + 1.0 for rank in range(2))
+    assert [(r["rank"], r["size"]) for r in first] == [(0, 2), (1, 2)]
+    for result in first:
+        np.testing.assert_array_equal(result["total"], expected)
+        assert "hydra_pmi_proxy" in result["ancestors"][0]
+        assert any("_SlotActor" in line for line in result["ancestors"][1:]), result["ancestors"]
+    second = ray.get(executor.run_remote(step, args=[1.0], kwargs={"offset": 0.0}))
+    assert [r["pid"] for r in second] == [r["pid"] for r in first]  # the same ranks, kept between calls
+    assert executor.execute(lambda counter: counter.bump()) == [11, 12]
+    assert executor.execute(lambda counter: counter.bump()) == [12, 14]
+    assert executor.execute_single(lambda counter: counter.value) == 12
+
+
+def test_workers_per_host(ray_head, job_token):
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_hosts=1, num_workers_per_host=2)
+    executor.start()
+    try:
+        assert executor.run(lambda: __import__("hvdlite").init() or __import__("hvdlite").local_rank()) == [0, 1]
+    finally:
+        executor.shutdown()
+
+
+def test_a_raising_rank_fails_the_call_with_its_traceback_and_ends_the_ranks(executor):
+    def fails_on_one():
+        import hvdlite as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError("rank 1 cannot go on")
+        hvd.allreduce(np.zeros(1), name="never_completes")
+
+    executor.start()
+    started = time.monotonic()
+    with pytest.raises(RankFailed, match=r"(?s)rank 1.*ValueError: rank 1 cannot go on"):
+        executor.run(fails_on_one)
+    assert time.monotonic() - started < 60
+    deadline = time.monotonic() + 30
+    while executor._job.running() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the job's end is what the next call looks at
+    with pytest.raises(RuntimeError, match="has ended"):
+        executor.run(lambda: None)
+    executor.shutdown()
+    executor.start()
+    assert executor.run(lambda: "usable again") == ["usable again"] * 2
+
+
+def test_an_actor_killed_while_its_rank_runs_fails_the_call_promptly(executor):
+    executor.start()
+    killed = {}
+
+    def kill_actor_one():
+        time.sleep(3)  # both ranks are in their sleep by now
+        killed["at"] = time.monotonic()
+        ray.kill(executor._actors[1])
+    threading.Thread(target=kill_actor_one, daemon=True).start()
+    with pytest.raises(SlotLost, match="lost the actor of (slot-1|rank 1)"):
+        executor.run(lambda: time.sleep(600))
+    kill_to_raise = time.monotonic() - killed["at"]
+    print(f"from the killed actor to run() raising: {kill_to_raise:.2f} s")
+    assert kill_to_raise < KILL_TO_RAISE_LIMIT
+    executor.shutdown()
+    executor.start()
+    assert executor.run(lambda: "usable again") == ["usable again"] * 2
+
+
+def test_elastic_arguments_are_refused_with_a_reason(ray_head):
+    with pytest.raises(ValueError, match="elastic RayExecutor"):
+        RayExecutor(RayExecutor.create_settings(), min_workers=1, max_workers=2)
