@@ -63,34 +63,34 @@ def metric_sum(value, name):
     return hvd.allreduce(torch.tensor(float(value), dtype=torch.float64), op=hvd.Sum, name=name).item()
 
 
-def main():
-    args = parse_args()
+def train(epochs=20, batch_size=32, lr=0.05, momentum=0.9, seed=42):
+    """Trains on this rank's shard; returns (size, final test accuracy over every rank's shard)."""
     hvd.init()
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
     rank, size = hvd.rank(), hvd.size()
 
-    (x_train, y_train), (x_test, y_test) = load_data(args.seed)
+    (x_train, y_train), (x_test, y_test) = load_data(seed)
     x_train, y_train = x_train[rank::size], y_train[rank::size]          # this rank's shard
     x_test, y_test = x_test[rank::size], y_test[rank::size]
     # every rank must run the same number of steps: size them by the smallest shard
-    steps_per_epoch = (len(load_digits().target) * 4 // 5 // size) // args.batch_size
+    steps_per_epoch = (len(load_digits().target) * 4 // 5 // size) // batch_size
 
     model = DigitsNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=args.momentum)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * size, momentum=momentum)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * steps_per_epoch)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * steps_per_epoch)
 
-    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    generator = torch.Generator().manual_seed(seed * 1000 + rank)
     start = time.time()
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(1, epochs + 1):
         model.train()
         order = torch.randperm(len(x_train), generator=generator)
         loss_sum = 0.0
         for step in range(steps_per_epoch):
-            batch = order[step * args.batch_size:(step + 1) * args.batch_size]
+            batch = order[step * batch_size:(step + 1) * batch_size]
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()
@@ -113,6 +113,12 @@ def main():
     if rank == 0:
         print(f"ranks {size}  steps/epoch {steps_per_epoch}  time {time.time() - start:.1f}s  "
               f"final test accuracy {100 * accuracy:.2f}%", flush=True)
+    return size, accuracy
+
+
+def main():
+    args = parse_args()
+    train(args.epochs, args.batch_size, args.lr, args.momentum, args.seed)
 
 
 if __name__ == "__main__":

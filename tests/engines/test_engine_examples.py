@@ -1,5 +1,7 @@
-"""examples/spark_keras_digits.py: Keras model.fit with DistributedOptimizer, its 2 ranks in the tasks of a real
-PySpark local[2], reaches the validation accuracy of keras_digits.py on one process (within 1 point)."""
+"""The engines' examples reach the accuracy of their script on one process (within 1 point):
+examples/spark_keras_digits.py (Keras model.fit with DistributedOptimizer, 2 ranks in the tasks of a real PySpark
+local[2]) and examples/ray_torch_digits.py (PyTorch with DistributedOptimizer, 2 ranks in the actors of a real
+local Ray)."""
 import json
 import os
 import sys
@@ -29,3 +31,17 @@ def test_keras_on_spark_reaches_the_accuracy_of_one_process(tmp_path):
     assert (one["size"], spark["size"]) == (1, 2)
     assert one["val_accuracy"] > 0.93 and spark["val_accuracy"] > 0.93, (one, spark)
     assert abs(one["val_accuracy"] - spark["val_accuracy"]) <= 0.01, (one, spark)
+
+
+@pytest.mark.timeout(600)
+def test_torch_on_ray_reaches_the_accuracy_of_one_process(tmp_path):
+    examples = os.path.join(ROOT, "examples")
+    code, output = run([sys.executable, os.path.join(examples, "torch_digits.py")], timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert code == 0, output[-6000:]
+    one = float(output.rsplit("final test accuracy ", 1)[1].split("%")[0]) / 100
+    ray_run = accuracy_of([sys.executable, os.path.join(examples, "ray_torch_digits.py"), "--num-workers", "2",
+                           "--json", str(tmp_path / "ray.json")], tmp_path / "ray.json")
+    assert ray_run["size"] == 2
+    assert one > 0.95 and ray_run["test_accuracy"] > 0.95, (one, ray_run)
+    assert abs(one - ray_run["test_accuracy"]) <= 0.01, (one, ray_run)
