@@ -3,7 +3,9 @@ as children of the executor's actors and stay up between calls; run / run_remote
 values by rank; a raising rank and an actor killed while its rank runs make the call raise promptly and end the
 ranks; shutdown leaves no rank or proxy behind, and the executor starts again."""
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -22,9 +24,11 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot 
 
 @pytest.fixture(scope="module")
 def ray_head():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    sessions = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _temp_dir=sessions)
     yield
     ray.shutdown()
+    shutil.rmtree(sessions, ignore_errors=True)
 
 
 @pytest.fixture
