@@ -8,18 +8,20 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 
 import cloudpickle
 import numpy as np
 import pytest
 import ray
 
+from harness import process_tree
+from harness.process_tree import ancestors
 from hvdlite.ray import RankFailed, RayExecutor, SlotLost
-from hvdlite.runner.job import processes_with_environment
 
 KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed actor to the call raising
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this module
+# The ranks cannot import these modules: the functions they run go by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(process_tree)
 
 
 @pytest.fixture(scope="module")
@@ -32,30 +34,10 @@ def ray_head():
 
 
 @pytest.fixture
-def job_token(monkeypatch):
-    """A variable the ranks inherit (from the launcher on the driver), to find any left behind."""
-    token = uuid.uuid4().hex
-    monkeypatch.setenv("HVDLITE_TEST_TOKEN", token)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    yield token
-    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
-
-
-@pytest.fixture
 def executor(ray_head, job_token):
     started = RayExecutor(RayExecutor.create_settings(timeout_s=60), num_workers=2, cpus_per_worker=1)
     yield started
     started.shutdown()
-
-
-def ancestors():
-    lines, pid = [], os.getppid()
-    while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as stream:
-            lines.append(stream.read().replace(b"\0", b" ").decode(errors="replace"))
-        with open(f"/proc/{pid}/stat") as stream:
-            pid = int(stream.read().rsplit(")", 1)[1].split()[1])
-    return lines
 
 
 class Counter:

@@ -7,19 +7,20 @@ import os
 import signal
 import sys
 import time
-import uuid
 
 import cloudpickle
 import numpy as np
+import pyspark.sql
 import pytest
 
-import pyspark.sql
-
 import hvdlite.spark
-from hvdlite.runner.job import processes_with_environment
+from harness import process_tree
+from harness.process_tree import ancestors, command_line, parent_of
 
 KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it takes about one)
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import this module: its helpers go along
+# The ranks cannot import these modules: the functions they run go by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(process_tree)
 
 
 @pytest.fixture(scope="module")
@@ -31,37 +32,13 @@ def spark():
     session.stop()
 
 
-@pytest.fixture
-def job_token(monkeypatch):
-    """A variable the ranks inherit (from the launcher on the driver), to find any left behind."""
-    token = uuid.uuid4().hex
-    monkeypatch.setenv("HVDLITE_TEST_TOKEN", token)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    yield token
-    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
-
-
-def ancestors():
-    """The command lines of this process's ancestors, nearest first (in a rank: proxy, task, ...)."""
-    lines, pid = [], os.getppid()
-    while pid > 1:
-        with open(f"/proc/{pid}/cmdline", "rb") as stream:
-            lines.append(stream.read().replace(b"\0", b" ").decode(errors="replace"))
-        with open(f"/proc/{pid}/stat") as stream:
-            pid = int(stream.read().rsplit(")", 1)[1].split()[1])
-    return lines
-
-
 def task_pid():
     """The pid of the PySpark worker (the task's process) this rank descends from."""
-    pid = os.getpid()
+    pid = parent_of(os.getpid())
     while pid > 1:
-        with open(f"/proc/{pid}/stat") as stream:
-            parent = int(stream.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{parent}/cmdline", "rb") as stream:
-            if b"pyspark" in stream.read():
-                return parent
-        pid = parent
+        if "pyspark" in command_line(pid):
+            return pid
+        pid = parent_of(pid)
     raise RuntimeError("this rank does not descend from a PySpark worker")
 
 

@@ -33,7 +33,7 @@ fi
 PATH="$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 
 echo "== machine"
-nvidia-smi -L 2>&1 | head -4
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -4
 "$python" - <<'PY'
 import sys, torch
 print("python", sys.version.split()[0], "| torch", torch.__version__, "| CUDA", torch.version.cuda,
