@@ -63,6 +63,19 @@ def receive_message(stream, secret):
     return json.loads(line) if line.endswith(b"\n") else None
 
 
+def serve_connections(server, handle, name):
+    """A thread that takes connections to ``server`` until it is closed, each handled by ``handle(connection,
+    peer address)`` in a thread of its own."""
+    def accept():
+        while True:
+            try:
+                connection, peer = server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=handle, args=(connection, peer[0]), daemon=True).start()
+    threading.Thread(target=accept, name=name, daemon=True).start()
+
+
 def _die_with_parent():
     """In the command's process: dies when the slot's process does (a task killed without a chance to clean up)."""
     try:
@@ -83,15 +96,7 @@ class SlotAgent:
         self._children = set()
         self._lock = threading.Lock()
         self._stopped = False
-        threading.Thread(target=self._serve, name="hvdlite-slot-agent", daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:
-                return  # stopped
-            threading.Thread(target=self._run_command, args=(connection,), daemon=True).start()
+        serve_connections(self._server, lambda connection, _: self._run_command(connection), "hvdlite-slot-agent")
 
     def _run_command(self, connection):
         with connection:
@@ -193,15 +198,7 @@ class SlotRegistry:
         self._failure = None
         self._server = socket.create_server(("", 0))
         self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._serve, name="hvdlite-slot-registry", daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                connection, peer = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._take, args=(connection, peer[0]), daemon=True).start()
+        serve_connections(self._server, self._take, "hvdlite-slot-registry")
 
     def _take(self, connection, address):
         stream = connection.makefile("rb")
