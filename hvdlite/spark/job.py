@@ -9,6 +9,11 @@ import socket
 import threading
 import uuid
 
+try:
+    import pyspark
+except ImportError:
+    raise ImportError("hvdlite.spark needs PySpark: pip install 'hvdlite[spark]' (or pip install pyspark)") from None
+
 from hvdlite.runner.slot_job import run_on_slots
 from hvdlite.runner.slots import SlotRegistry
 
@@ -18,12 +23,7 @@ JOIN_SECONDS = 60  # for the stage to end once its tasks are released or cancell
 
 
 def _spark_context():
-    try:
-        from pyspark import SparkContext
-    except ImportError:
-        raise ImportError("hvdlite.spark needs PySpark: pip install 'hvdlite[spark]' (or pip install pyspark)") \
-            from None
-    context = SparkContext._active_spark_context
+    context = pyspark.SparkContext._active_spark_context
     if context is None:
         raise RuntimeError("hvdlite.spark.run: no active SparkContext; start a SparkSession (or SparkContext) first")
     return context

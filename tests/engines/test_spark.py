@@ -124,3 +124,4 @@ def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
     assert hvdlite.spark.HorovodRunner(np=-2).run(main, value=4) == (0, 2, 4, False)
     with pytest.raises(ValueError, match="non-zero"):
         hvdlite.spark.HorovodRunner(np=0)
+
