@@ -89,9 +89,6 @@ class _SlotActor:
             except OSError:
                 pass
 
-    def where(self):
-        return socket.gethostname()
-
 
 class RayExecutor:
     """horovod.ray.RayExecutor: ``RayExecutor(settings, num_workers=4, cpus_per_worker=1, use_gpu=False)``, or

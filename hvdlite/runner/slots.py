@@ -88,9 +88,8 @@ def _die_with_parent():
 class SlotAgent:
     """In a slot's process: runs the commands the job's launcher sends (``python -m hvdlite.runner.slot_client``)."""
 
-    def __init__(self, secret, environment=None):
+    def __init__(self, secret):
         self.secret = secret
-        self.environment = environment  # the commands' environment (None: this process's)
         self._server = socket.create_server(("", 0))
         self.port = self._server.getsockname()[1]
         self._children = set()
@@ -112,7 +111,7 @@ class SlotAgent:
                     return
                 child = subprocess.Popen(["/bin/sh", "-c", message["command"]], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                         env=self.environment, preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent)
                 self._children.add(child)
             sending = threading.Lock()
             relays = [threading.Thread(target=self._relay, args=(pipe, kind, connection, sending), daemon=True)
@@ -174,7 +173,7 @@ def register_and_wait(address, secret, index, agent, extra=None):
     with socket.create_connection(address, timeout=60) as connection:
         connection.settimeout(None)
         send_message(connection, secret, {"index": index, "port": agent.port, "host": socket.gethostname(),
-                                          "pid": os.getpid(), **(extra or {})})
+                                          **(extra or {})})
         stream = connection.makefile("rb")
         try:
             stream.readline()  # _DONE, or nothing when the caller is gone
@@ -189,7 +188,7 @@ class SlotRegistry:
     def __init__(self, count, secret=None):
         self.count = count
         self.secret = secret or secrets.token_hex(16)
-        self.slots = {}  # index -> {"address", "port", "host", "pid", ...}
+        self.slots = {}  # index -> {"address", "port", "host", ...}
         self.lost = []   # (index, host) of slots whose connection dropped before release
         self.on_lost = None  # called with (index, host) from a registry thread
         self._connections = {}

@@ -46,7 +46,6 @@ class _Stage:
 
     def __init__(self, context, num_proc, registry, driver_host):
         self.context, self.group = context, f"hvdlite-spark-{uuid.uuid4().hex[:12]}"
-        self.error = None
         task = _slot_task((driver_host, registry.port), registry.secret)
         self._thread = threading.Thread(target=self._collect, args=(num_proc, task, registry), daemon=True,
                                         name="hvdlite-spark-stage")
@@ -57,7 +56,6 @@ class _Stage:
         try:
             self.context.parallelize(range(num_proc), num_proc).barrier().mapPartitions(task).collect()
         except Exception as error:  # noqa: BLE001 (Spark's errors come through py4j in many types)
-            self.error = error
             registry.fail(RuntimeError(f"the Spark stage holding the ranks failed: {error}"))
 
     def end(self, cancel):
