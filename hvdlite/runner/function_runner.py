@@ -206,8 +206,9 @@ def _renamed(num_proc, np, min_num_proc, min_np, max_num_proc, max_np):
         max_num_proc if max_num_proc is not None else max_np
 
 
-def _launcher_argv(given, folder):
-    """hvdliterun's command line for run()'s arguments (given: run's locals)."""
+def _launcher_argv(given, folder, launcher_exec=None):
+    """hvdliterun's command line for run()'s arguments (given: run's locals). ``launcher_exec``: the program that
+    reaches the hosts in ssh's place, which then answers for them (no ssh check of the hosts)."""
     argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(given["num_proc"])]
     elastic = given["min_num_proc"] is not None or given["max_num_proc"] is not None
     if elastic:
@@ -233,6 +234,8 @@ def _launcher_argv(given, folder):
             argv += [flag, str(given[name])]
     if given["verbose"]:
         argv.append("--verbose")
+    if launcher_exec:
+        argv += ["--launcher-exec", launcher_exec, "--no-host-check"]
     return argv + [given["executable"] or sys.executable, "-m", "hvdlite.runner.function_worker"]
 
 

@@ -12,6 +12,11 @@ from .protocol import FUNCTION_ADDRESS_VARIABLE, FUNCTION_SECRET_VARIABLE
 from .slots import ALIAS, MAP_VARIABLE, SECRET_VARIABLE
 
 
+# hvdlite.run's arguments that a job on slots leaves unset (function_runner._launcher_argv reads them all).
+_NOT_GIVEN = ("min_num_proc", "max_num_proc", "hostfile", "ssh_port", "ssh_identity_file", "output_filename",
+              "executable")
+
+
 class SlotLost(RuntimeError):
     """A slot's process (its engine's task or actor) died while its rank ran."""
 
@@ -44,17 +49,11 @@ def run_on_slots(func, args, kwargs, registry, caller_host, start_timeout=None, 
     try:
         with tempfile.TemporaryDirectory(prefix="hvdlite-slots-") as folder:
             registry.write_map(os.path.join(folder, "slots.json"))
-            argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(registry.count), "-H", registry.hosts(),
-                    "--launcher-exec", _launcher_program(folder), "--no-host-check"]
-            if start_timeout is not None:
-                argv += ["--start-timeout", str(start_timeout)]
-            if mpi_args:
-                argv += ["--mpi-args", mpi_args]
-            if network_interfaces:
-                argv += ["--network-interface", ",".join(network_interfaces)]
-            if verbose:
-                argv.append("--verbose")
-            argv += [sys.executable, "-m", "hvdlite.runner.function_worker"]
+            given = dict.fromkeys(_NOT_GIVEN, None)
+            given.update(num_proc=registry.count, hosts=registry.hosts(), start_timeout=start_timeout,
+                         mpi_args=mpi_args, verbose=verbose,
+                         network_interface=",".join(network_interfaces) if network_interfaces else None)
+            argv = function_runner._launcher_argv(given, folder, launcher_exec=_launcher_program(folder))
             job_env = dict(os.environ, **(env or {}), **{
                 FUNCTION_ADDRESS_VARIABLE: f"{caller_host}:{exchange.port}",
                 FUNCTION_SECRET_VARIABLE: exchange.secret,
