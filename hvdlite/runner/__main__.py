@@ -12,8 +12,8 @@ from .elastic import Supervisor
 from .horovodrun_flags import tcp_variables
 from .hosts import rank_placement
 from .job import new_job_id, run_job
-from .protocol import (COMMITTED, JOB_MARKER, JOB_VARIABLE, LAUNCHER_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE,
-                       SECRET_VARIABLE)
+from .protocol import (COMMITTED, JOB_MARKER, JOB_VARIABLE, LAUNCHER_VARIABLE, NOTIFY_VARIABLE, OUTER_JOB_VARIABLE,
+                       RESTART_VARIABLE, SECRET_VARIABLE)
 from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 from .report_port import report_addresses
@@ -129,13 +129,15 @@ def launch(args):
 
 def run_once(args, argv, env, command_for):
     """Runs a job that is not to restart; when it fails after a rank committed (hvd.elastic in a job without
-    --max-restarts), removes its commits, which no later start could find."""
-    job = new_job_id()
+    --max-restarts), removes its commits, which no later start could find, unless the program that started this
+    launcher starts the job again itself (OUTER_JOB_VARIABLE: the commits are that program's)."""
+    outer_job = env.get(OUTER_JOB_VARIABLE)
+    job = outer_job or new_job_id()
     env = dict(env, **{JOB_VARIABLE: job})  # where its commits go, if it makes any
     hosts = [host.name for host in job_hosts(args) or []]
     outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None, ranks=args.num_proc,
                       start_timeout=args.start_timeout, listen_on=report_addresses(hosts, args.interfaces))
-    if outcome.code != 0 and COMMITTED in outcome.reports:
+    if outcome.code != 0 and COMMITTED in outcome.reports and not outer_job:
         remove_commits(job, hosts, env, command_for, args.launcher_exec, _log, args.ssh_args)
     return outcome.code
 

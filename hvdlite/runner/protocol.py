@@ -22,6 +22,9 @@ SECRET_VARIABLE = "HVDLITE_LAUNCHER_SECRET"   # what leads every report to that 
 JOB_VARIABLE = "HVDLITE_ELASTIC_JOB"          # the same on every start of one job: where the ranks find commits
 RESTART_VARIABLE = "HVDLITE_ELASTIC_RESTART"  # which start of the job this is (0 for the first)
 NOTIFY_VARIABLE = "HVDLITE_ELASTIC_NOTIFY"    # host:port answering "have the hosts changed?" (elastic.HostNews)
+# Set by a program that starts hvdliterun again itself (an engine's elastic run, slot_elastic.py) on hvdliterun:
+# the job's id on every start, whose commits that program keeps or removes (hvdliterun leaves them).
+OUTER_JOB_VARIABLE = "HVDLITE_ELASTIC_OUTER_JOB"
 FUNCTION_ADDRESS_VARIABLE = "HVDLITE_RUN_FUNCTION"  # hvdlite.run(func): host:port of the caller (function_runner)
 FUNCTION_SECRET_VARIABLE = "HVDLITE_RUN_FUNCTION_SECRET"  # what leads every request to the caller's port
 

@@ -31,19 +31,30 @@ def main(argv=None):
         host, command = split_arguments(argv)
         with open(os.environ[MAP_VARIABLE]) as stream:
             address, port = json.load(stream)[host]
-        connection = socket.create_connection((address, port), timeout=30)
     except (KeyError, OSError, ValueError) as error:
         print(f"hvdlite slot client: cannot reach slot {argv!r}: {error!r}", file=sys.stderr, flush=True)
         return 255
+    return run_in_slot((address, port), os.environ[SECRET_VARIABLE], command, host)
+
+
+def run_in_slot(address, secret, command, name, stdout=None, stderr=None):
+    """Runs ``command`` (a shell line) in the slot whose agent listens at ``address`` (host, port); its output goes
+    to ``stdout``/``stderr`` (binary files; default: this process's). Returns its exit code, 255 when the slot
+    (``name`` in messages) cannot be reached or goes away."""
+    try:
+        connection = socket.create_connection(address, timeout=30)
+    except OSError as error:
+        print(f"hvdlite slot client: cannot reach slot {name}: {error!r}", file=sys.stderr, flush=True)
+        return 255
     connection.settimeout(None)
     with connection:
-        send_message(connection, os.environ[SECRET_VARIABLE], {"command": command})
+        send_message(connection, secret, {"command": command})
         stream = connection.makefile("rb")
-        outputs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
+        outputs = {STDOUT: stdout or sys.stdout.buffer, STDERR: stderr or sys.stderr.buffer}
         while True:
             kind, data = receive_frame(stream)
             if kind is None:
-                print(f"hvdlite slot client: slot {host} went away", file=sys.stderr, flush=True)
+                print(f"hvdlite slot client: slot {name} went away", file=sys.stderr, flush=True)
                 return 255
             if kind == EXIT:
                 return struct.unpack("<i", data)[0]

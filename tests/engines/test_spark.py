@@ -2,10 +2,12 @@
 barrier stage's tasks (each rank's process descends from a PySpark worker), values come back in rank order with
 args and kwargs; a raising rank, a task killed while its rank runs and a stage that cannot start make ``run``
 raise promptly, leave no rank or proxy behind, and leave the SparkContext usable; HorovodRunner on Spark and on
-the driver alone."""
+the driver alone; run_elastic resumes after a killed task with the parameters of an uninterrupted run, and gives up
+at its reset limit leaving no commits."""
 import os
 import signal
 import sys
+import tempfile
 import time
 
 import cloudpickle
@@ -13,6 +15,7 @@ import numpy as np
 import pyspark.sql
 import pytest
 
+import elastic_training
 import hvdlite.spark
 from harness import process_tree
 from harness.process_tree import ancestors, command_line, parent_of
@@ -21,6 +24,7 @@ KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it ta
 # The ranks cannot import these modules: the functions they run go by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 cloudpickle.register_pickle_by_value(process_tree)
+cloudpickle.register_pickle_by_value(elastic_training)
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +129,35 @@ def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
     with pytest.raises(ValueError, match="non-zero"):
         hvdlite.spark.HorovodRunner(np=0)
 
+
+
+def commit_folders():
+    """The elastic commits' folders on this machine, in memory and on disk."""
+    return {os.path.join(root, name) for root in ("/dev/shm", tempfile.gettempdir()) for name in os.listdir(root)
+            if name.startswith("hvdlite-elastic-")}
+
+
+def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_uninterrupted_run(spark, job_token,
+                                                                                             capfd):
+    before = commit_folders()
+    uninterrupted = hvdlite.spark.run_elastic(elastic_training.train, num_proc=2)
+    resumed = hvdlite.spark.run_elastic(elastic_training.train, kwargs={"kill_after_steps": 5, "slot_word": "pyspark"},
+                                        num_proc=2, min_num_proc=2, reset_limit=2)
+    assert "hvdlite.spark: restart 1 on 2 slots: the job ended: lost slot-" in capfd.readouterr().err
+    assert [r["restarts"] for r in uninterrupted] == [0, 0] and [r["restarts"] for r in resumed] == [1, 1]
+    assert all(0 < r["resumed_at"] <= 5 and r["size"] == 2 for r in resumed), resumed
+    for rank in range(2):
+        for got, want in zip(resumed[rank]["parameters"], uninterrupted[rank]["parameters"]):
+            np.testing.assert_array_equal(got, want)  # bitwise
+    assert commit_folders() == before  # the ranks removed the commits at the end
+
+
+def test_run_elastic_gives_up_at_its_reset_limit_and_removes_the_commits(spark, job_token, capfd):
+    before = commit_folders()
+    with pytest.raises(hvdlite.spark.SlotLost, match=r"lost slot-\d"):
+        hvdlite.spark.run_elastic(elastic_training.train, num_proc=2, reset_limit=1,
+                                  kwargs={"kill_after_steps": 3, "slot_word": "pyspark", "kill_on_every_start": True})
+    said = capfd.readouterr().err
+    assert "restart 1 on 2 slots" in said and "the job failed after 1 restarts, the reset limit" in said, said
+    assert commit_folders() == before
+    assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2

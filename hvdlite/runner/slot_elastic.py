@@ -1,0 +1,130 @@
+"""Elastic runs on an engine's slots (hvdlite.spark.run_elastic, an elastic hvdlite.ray.RayExecutor), by restart as
+hvdliterun's elastic mode is. Each start is one job on slots (slot_job.run_on_slots) with as many ranks as the
+engine has slots for now, within min..max. When a start fails because a slot was lost (a task or actor died), a
+rank's process died or the slots did not all start, the slots are given back and the job starts again on new ones,
+its ranks resuming from the newest commit (hvd.elastic.run). Every start carries the same job id
+(protocol.OUTER_JOB_VARIABLE: hvdliterun then uses it, so each start finds the commits of the one before, and
+leaves them to this loop) and its number (RESTART_VARIABLE: ``hvd.elastic`` restores on a restart).
+
+A function that raises (RankFailed) is not started again: it would raise again; a peer's failure reaches a rank
+inside ``hvd.elastic.run`` as HorovodInternalError, which ends its process instead. A run that succeeds has its
+ranks remove the job's commits. One that gives up takes every slot the engine has free once more and removes them
+on each machine those slots are on (the failed start's own slots may be gone or being cancelled); where the user
+chose the commit folder (HVDLITE_ELASTIC_COMMIT_DIR) they stay, as hvdliterun leaves them.
+"""
+import shlex
+import sys
+import time
+
+from . import commit_folders
+from .function_runner import RankFailed
+from .job import new_job_id
+from .protocol import JOB_VARIABLE, OUTER_JOB_VARIABLE, RESTART_VARIABLE
+from .slot_client import run_in_slot
+from .slot_job import SlotLost, run_on_slots
+
+WAIT_INTERVAL_SECONDS = 1.0  # between looks at the engine's free slots while there are fewer than the minimum
+DEFAULT_START_SECONDS = 600.0  # for a start's slots to start, when not given
+REMOVAL_START_SECONDS = 60.0  # for the slots that remove a given-up job's commits to start
+
+
+class SlotSource:
+    """What an engine gives an elastic run: slots on demand. Subclasses: hvdlite.spark's, hvdlite.ray's."""
+
+    caller_host = None  # the name or address by which the slots reach this process
+
+    def available(self):
+        """How many slots the engine could hand out now."""
+        raise NotImplementedError
+
+    def acquire(self, count, timeout):
+        """A SlotRegistry of ``count`` slots, every one registered within ``timeout`` seconds; raises
+        (TimeoutError, RuntimeError) when they do not all start, having given back what did."""
+        raise NotImplementedError
+
+    def release(self, registry, failed):
+        """Gives the slots back (``failed``: the job on them failed; the engine may cancel what is left)."""
+        raise NotImplementedError
+
+
+def run_elastic_on_slots(func, args, kwargs, source, num_proc, min_num_proc, max_num_proc, elastic_timeout,
+                         reset_limit, log, env=None, **job_options):
+    """``func(*args, **kwargs)`` on ``num_proc`` ranks first, restarted after failures (at most ``reset_limit``
+    times; None: no limit) on as many as ``source`` has slots for, within ``min_num_proc``..``max_num_proc``,
+    waiting up to ``elastic_timeout`` seconds for the minimum. Returns the last start's values in rank order.
+    ``job_options``: run_on_slots's (start_timeout, mpi_args, verbose, stdout, stderr, network_interfaces)."""
+    if not 1 <= min_num_proc <= num_proc <= max_num_proc:
+        raise ValueError(f"need 1 <= min_num_proc ({min_num_proc}) <= num_proc ({num_proc}) <= max_num_proc "
+                         f"({max_num_proc})")
+    job = new_job_id()
+    restarts, count = 0, num_proc
+    while True:
+        registry = None
+        try:
+            registry = source.acquire(count, job_options.get("start_timeout") or DEFAULT_START_SECONDS)
+            start_env = dict(env or {}, **{OUTER_JOB_VARIABLE: job, RESTART_VARIABLE: str(restarts)})
+            result = run_on_slots(func, args, kwargs, registry, source.caller_host, env=start_env, **job_options)
+        except (SlotLost, RankFailed, RuntimeError, TimeoutError) as failure:
+            if registry is not None:
+                source.release(registry, failed=True)
+            if isinstance(failure, RankFailed):
+                _give_up(source, job, env, log)
+                raise
+            if reset_limit is not None and restarts >= reset_limit:
+                log(f"the job failed after {restarts} restarts, the reset limit: {_first_line(failure)}")
+                _give_up(source, job, env, log)
+                raise
+            restarts += 1
+            count = _wait_for_slots(source, min_num_proc, max_num_proc, elastic_timeout, job, env, log)
+            log(f"restart {restarts} on {count} slots: {_first_line(failure)}; starting again from the last "
+                "commit")
+            continue
+        source.release(registry, failed=False)
+        return result
+
+
+def _wait_for_slots(source, low, high, timeout, job, env, log):
+    """How many ranks the next start gets: the engine's free slots, at most ``high``, once there are ``low``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        free = source.available()
+        if free >= low:
+            return min(free, high)
+        if time.monotonic() >= deadline:
+            message = (f"only {free} slots free after waiting {timeout:g} s for at least {low} (elastic_timeout); "
+                       "giving up")
+            log(message)
+            _give_up(source, job, env, log)
+            raise TimeoutError(message)
+        time.sleep(WAIT_INTERVAL_SECONDS)
+
+
+def _give_up(source, job, env, log):
+    """The run ends without success: removes the job's commits on every machine where the engine has a free slot
+    (where they are the user's, says where they stay)."""
+    kept = commit_folders.configured(dict(env or {})) or commit_folders.configured()
+    if kept:
+        log(f"the job's commits stay in {kept} on each host: run it again with the same "
+            f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
+        return
+    count = source.available()
+    try:
+        if count < 1:
+            raise RuntimeError("no slot is free")
+        registry = source.acquire(count, REMOVAL_START_SECONDS)
+    except (RuntimeError, TimeoutError) as error:
+        log(f"could not remove the job's commits: {_first_line(error)}")
+        return
+    try:
+        command = shlex.join(["env", f"{JOB_VARIABLE}={job}", sys.executable, "-m", commit_folders.__name__])
+        for alias, indices in registry.groups():
+            slot = registry.slots[indices[0]]
+            code = run_in_slot((slot["address"], slot["port"]), registry.secret, command, alias)
+            if code != 0:
+                log(f"could not remove the job's commits on {alias}'s machine (exit code {code})")
+    finally:
+        source.release(registry, failed=False)
+
+
+def _first_line(error):
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
