@@ -8,9 +8,9 @@ leaves them to this loop) and its number (RESTART_VARIABLE: ``hvd.elastic`` rest
 
 A function that raises (RankFailed) is not started again: it would raise again; a peer's failure reaches a rank
 inside ``hvd.elastic.run`` as HorovodInternalError, which ends its process instead. A run that succeeds has its
-ranks remove the job's commits. One that gives up takes every slot the engine has free once more and removes them
-on each machine those slots are on (the failed start's own slots may be gone or being cancelled); where the user
-chose the commit folder (HVDLITE_ELASTIC_COMMIT_DIR) they stay, as hvdliterun leaves them.
+ranks remove the job's commits. One that gives up has the engine remove them on its machines (Spark: through every
+slot it has free once more, since the failed start's own may be gone or being cancelled; Ray: a task on each node);
+where the user chose the commit folder (HVDLITE_ELASTIC_COMMIT_DIR) they stay, as hvdliterun leaves them.
 """
 import shlex
 import sys
@@ -46,14 +46,39 @@ class SlotSource:
         """Gives the slots back (``failed``: the job on them failed; the engine may cancel what is left)."""
         raise NotImplementedError
 
+    def remove_commits(self, job, log):
+        """Removes job ``job``'s commits on the machines of every slot the engine has free (an engine that can
+        reach each of its machines otherwise does better)."""
+        count = self.available()
+        try:
+            if count < 1:
+                raise RuntimeError("no slot is free")
+            registry = self.acquire(count, REMOVAL_START_SECONDS)
+        except (RuntimeError, TimeoutError) as error:
+            log(f"could not remove the job's commits: {_first_line(error)}")
+            return
+        try:
+            for alias, indices in registry.groups():
+                slot = registry.slots[indices[0]]
+                code = run_in_slot((slot["address"], slot["port"]), registry.secret, removal_command(job), alias)
+                if code != 0:
+                    log(f"could not remove the job's commits on {alias}'s machine (exit code {code})")
+        finally:
+            self.release(registry, failed=False)
+
+
+def removal_command(job):
+    """The shell line that removes job ``job``'s commits on the machine it runs on."""
+    return shlex.join(["env", f"{JOB_VARIABLE}={job}", sys.executable, "-m", commit_folders.__name__])
+
 
 def run_elastic_on_slots(func, args, kwargs, source, num_proc, min_num_proc, max_num_proc, elastic_timeout,
                          reset_limit, log, env=None, **job_options):
     """``func(*args, **kwargs)`` on ``num_proc`` ranks first, restarted after failures (at most ``reset_limit``
-    times; None: no limit) on as many as ``source`` has slots for, within ``min_num_proc``..``max_num_proc``,
-    waiting up to ``elastic_timeout`` seconds for the minimum. Returns the last start's values in rank order.
+    times; None: no limit) on as many as ``source`` has slots for, within ``min_num_proc``..``max_num_proc`` (None:
+    no maximum), waiting up to ``elastic_timeout`` seconds for the minimum. Returns the last start's values in rank order.
     ``job_options``: run_on_slots's (start_timeout, mpi_args, verbose, stdout, stderr, network_interfaces)."""
-    if not 1 <= min_num_proc <= num_proc <= max_num_proc:
+    if not 1 <= min_num_proc <= num_proc <= (max_num_proc or num_proc):
         raise ValueError(f"need 1 <= min_num_proc ({min_num_proc}) <= num_proc ({num_proc}) <= max_num_proc "
                          f"({max_num_proc})")
     job = new_job_id()
@@ -84,12 +109,13 @@ def run_elastic_on_slots(func, args, kwargs, source, num_proc, min_num_proc, max
 
 
 def _wait_for_slots(source, low, high, timeout, job, env, log):
-    """How many ranks the next start gets: the engine's free slots, at most ``high``, once there are ``low``."""
+    """How many ranks the next start gets: the engine's free slots, at most ``high`` (if not None), once there are
+    ``low``."""
     deadline = time.monotonic() + timeout
     while True:
         free = source.available()
         if free >= low:
-            return min(free, high)
+            return min(free, high or free)
         if time.monotonic() >= deadline:
             message = (f"only {free} slots free after waiting {timeout:g} s for at least {low} (elastic_timeout); "
                        "giving up")
@@ -100,30 +126,14 @@ def _wait_for_slots(source, low, high, timeout, job, env, log):
 
 
 def _give_up(source, job, env, log):
-    """The run ends without success: removes the job's commits on every machine where the engine has a free slot
-    (where they are the user's, says where they stay)."""
+    """The run ends without success: removes the job's commits on the engine's machines (where they are the
+    user's, says where they stay)."""
     kept = commit_folders.configured(dict(env or {})) or commit_folders.configured()
     if kept:
         log(f"the job's commits stay in {kept} on each host: run it again with the same "
             f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
         return
-    count = source.available()
-    try:
-        if count < 1:
-            raise RuntimeError("no slot is free")
-        registry = source.acquire(count, REMOVAL_START_SECONDS)
-    except (RuntimeError, TimeoutError) as error:
-        log(f"could not remove the job's commits: {_first_line(error)}")
-        return
-    try:
-        command = shlex.join(["env", f"{JOB_VARIABLE}={job}", sys.executable, "-m", commit_folders.__name__])
-        for alias, indices in registry.groups():
-            slot = registry.slots[indices[0]]
-            code = run_in_slot((slot["address"], slot["port"]), registry.secret, command, alias)
-            if code != 0:
-                log(f"could not remove the job's commits on {alias}'s machine (exit code {code})")
-    finally:
-        source.release(registry, failed=False)
+    source.remove_commits(job, log)
 
 
 def _first_line(error):

@@ -14,14 +14,17 @@ import numpy as np
 import pytest
 import ray
 
+import elastic_training
 from harness import process_tree
 from harness.process_tree import ancestors
+from harness.elastic_folders import commit_folders_here
 from hvdlite.ray import RankFailed, RayExecutor, SlotLost
 
 KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed actor to the call raising
 # The ranks cannot import these modules: the functions they run go by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 cloudpickle.register_pickle_by_value(process_tree)
+cloudpickle.register_pickle_by_value(elastic_training)
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +130,46 @@ def test_an_actor_killed_while_its_rank_runs_fails_the_call_promptly(executor):
     assert executor.run(lambda: "usable again") == ["usable again"] * 2
 
 
-def test_elastic_arguments_are_refused_with_a_reason(ray_head):
-    with pytest.raises(ValueError, match="elastic RayExecutor"):
-        RayExecutor(RayExecutor.create_settings(), min_workers=1, max_workers=2)
+def test_an_elastic_executor_resumes_after_a_killed_actor_with_the_parameters_of_an_uninterrupted_run(ray_head,
+                                                                                                      job_token,
+                                                                                                      capfd):
+    settings = RayExecutor.create_settings(timeout_s=60)
+    before = commit_folders_here()
+    reference = RayExecutor(settings, num_workers=2, cpus_per_worker=1)
+    reference.start()
+    try:
+        uninterrupted = reference.run(elastic_training.train)
+    finally:
+        reference.shutdown()
+    executor = RayExecutor(settings, min_workers=2, max_workers=2, reset_limit=2)
+    executor.start()
+    try:
+        resumed = executor.run(elastic_training.train, kwargs={"kill_after_steps": 5, "slot_word": "_SlotActor"})
+        with pytest.raises(ValueError, match="run_remote is not offered by an elastic RayExecutor"):
+            executor.run_remote(lambda: None)
+    finally:
+        executor.shutdown()
+    assert "hvdlite.ray: restart 1 on 2 slots: the job ended: lost slot-" in capfd.readouterr().err
+    assert [r["restarts"] for r in resumed] == [1, 1]
+    assert all(0 < r["resumed_at"] <= 5 and r["size"] == 2 for r in resumed), resumed
+    for rank in range(2):
+        for got, want in zip(resumed[rank]["parameters"], uninterrupted[rank]["parameters"]):
+            np.testing.assert_array_equal(got, want)  # bitwise
+    assert commit_folders_here() == before  # the ranks removed the commits at the end
+    deadline = time.monotonic() + 30  # Ray frees a removed placement group's resources in the background
+    while ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.available_resources().get("CPU") == 2  # every actor and placement group given back
+
+
+def test_an_elastic_executor_gives_up_at_its_reset_limit_and_removes_the_commits(ray_head, job_token, capfd):
+    before = commit_folders_here()
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=2, reset_limit=0)
+    executor.start()
+    try:
+        with pytest.raises(SlotLost, match=r"lost slot-\d"):
+            executor.run(elastic_training.train, kwargs={"kill_after_steps": 2, "slot_word": "_SlotActor"})
+    finally:
+        executor.shutdown()
+    assert "the job failed after 0 restarts, the reset limit" in capfd.readouterr().err
+    assert commit_folders_here() == before

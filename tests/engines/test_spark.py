@@ -7,7 +7,6 @@ at its reset limit leaving no commits."""
 import os
 import signal
 import sys
-import tempfile
 import time
 
 import cloudpickle
@@ -18,6 +17,7 @@ import pytest
 import elastic_training
 import hvdlite.spark
 from harness import process_tree
+from harness.elastic_folders import commit_folders_here
 from harness.process_tree import ancestors, command_line, parent_of
 
 KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it takes about one)
@@ -131,15 +131,9 @@ def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
 
 
 
-def commit_folders():
-    """The elastic commits' folders on this machine, in memory and on disk."""
-    return {os.path.join(root, name) for root in ("/dev/shm", tempfile.gettempdir()) for name in os.listdir(root)
-            if name.startswith("hvdlite-elastic-")}
-
-
 def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_uninterrupted_run(spark, job_token,
                                                                                              capfd):
-    before = commit_folders()
+    before = commit_folders_here()
     uninterrupted = hvdlite.spark.run_elastic(elastic_training.train, num_proc=2)
     resumed = hvdlite.spark.run_elastic(elastic_training.train, kwargs={"kill_after_steps": 5, "slot_word": "pyspark"},
                                         num_proc=2, min_num_proc=2, reset_limit=2)
@@ -149,15 +143,33 @@ def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_unint
     for rank in range(2):
         for got, want in zip(resumed[rank]["parameters"], uninterrupted[rank]["parameters"]):
             np.testing.assert_array_equal(got, want)  # bitwise
-    assert commit_folders() == before  # the ranks removed the commits at the end
+    assert commit_folders_here() == before  # the ranks removed the commits at the end
 
 
 def test_run_elastic_gives_up_at_its_reset_limit_and_removes_the_commits(spark, job_token, capfd):
-    before = commit_folders()
+    before = commit_folders_here()
     with pytest.raises(hvdlite.spark.SlotLost, match=r"lost slot-\d"):
         hvdlite.spark.run_elastic(elastic_training.train, num_proc=2, reset_limit=1,
                                   kwargs={"kill_after_steps": 3, "slot_word": "pyspark", "kill_on_every_start": True})
     said = capfd.readouterr().err
     assert "restart 1 on 2 slots" in said and "the job failed after 1 restarts, the reset limit" in said, said
-    assert commit_folders() == before
+    assert commit_folders_here() == before
+    assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2
+
+
+def test_run_elastic_does_not_restart_a_raising_function_and_gives_up_without_enough_cores(spark, job_token, capfd):
+    def fails_on_one():
+        import hvdlite as hvd
+        hvd.init()
+        if hvd.rank() == 1:
+            raise ValueError("rank 1 cannot go on")
+        hvd.allreduce(np.zeros(1), name="never_completes")
+
+    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*ValueError: rank 1 cannot go on"):
+        hvdlite.spark.run_elastic(fails_on_one, num_proc=2, reset_limit=3)
+    assert "restart" not in capfd.readouterr().err  # it would raise again
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"only 2 slots free after waiting 2 s for at least 3"):
+        hvdlite.spark.run_elastic(lambda: None, num_proc=3, start_timeout=3, elastic_timeout=2)  # local[2]
+    assert time.monotonic() - started < 60
     assert hvdlite.spark.run(lambda: "usable again", num_proc=2) == ["usable again"] * 2
