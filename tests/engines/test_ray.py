@@ -130,6 +130,7 @@ def test_an_actor_killed_while_its_rank_runs_fails_the_call_promptly(executor):
     assert executor.run(lambda: "usable again") == ["usable again"] * 2
 
 
+@pytest.mark.long  # make check: the same machinery is tested on Spark in make test
 def test_an_elastic_executor_resumes_after_a_killed_actor_with_the_parameters_of_an_uninterrupted_run(ray_head,
                                                                                                       job_token,
                                                                                                       capfd):
@@ -162,6 +163,7 @@ def test_an_elastic_executor_resumes_after_a_killed_actor_with_the_parameters_of
     assert ray.available_resources().get("CPU") == 2  # every actor and placement group given back
 
 
+@pytest.mark.long
 def test_an_elastic_executor_gives_up_at_its_reset_limit_and_removes_the_commits(ray_head, job_token, capfd):
     before = commit_folders_here()
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=2, reset_limit=0)
