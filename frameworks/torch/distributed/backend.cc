@@ -128,6 +128,56 @@ void HvdliteBackend::CheckRoot(int64_t root, const char *collective) const {
                     size_);
 }
 
+c10::intrusive_ptr<c10d::Backend> HvdliteBackend::split(const c10::intrusive_ptr<c10d::Store> &,
+                                                         const std::vector<int> &ranks,
+                                                         const c10::intrusive_ptr<Options> &opts) {
+  std::vector<int64_t> group_ranks(ranks.begin(), ranks.end());
+  std::sort(group_ranks.begin(), group_ranks.end());
+  const std::string name = opts && !opts->group_name.empty() ? opts->group_name : group_name_ + ".split";
+  return Subgroup(group_ranks, name, opts ? opts->timeout : timeout_, "split_group");
+}
+
+c10::intrusive_ptr<c10d::Backend> HvdliteBackend::shrink(const std::vector<int64_t> &ranks_to_exclude, int,
+                                                          const c10::intrusive_ptr<Options> &opts_override) {
+  std::vector<int64_t> kept;
+  for (int64_t r = 0; r < size_; ++r) {
+    if (std::find(ranks_to_exclude.begin(), ranks_to_exclude.end(), r) == ranks_to_exclude.end()) kept.push_back(r);
+  }
+  // Every remaining rank shrinks the group the same number of times: the count names the new group alike on all.
+  const std::string name = group_name_ + ".shrink" + std::to_string(shrinks_++);
+  return Subgroup(kept, name, opts_override ? opts_override->timeout : timeout_, "shrink_group");
+}
+
+c10::intrusive_ptr<c10d::Backend> HvdliteBackend::Subgroup(const std::vector<int64_t> &group_ranks, std::string name,
+                                                            std::chrono::milliseconds timeout, const char *what) {
+  const auto me = std::find(group_ranks.begin(), group_ranks.end(), static_cast<int64_t>(rank_));
+  if (me == group_ranks.end()) return nullptr;
+  std::vector<int32_t> members;
+  std::vector<int64_t> global;
+  for (int64_t r : group_ranks) {
+    TORCH_CHECK_VALUE(r >= 0 && r < size_, "hvdlite: ", what, ": rank ", r, " is not in a group of ", size_);
+    members.push_back(static_cast<int32_t>(global_ranks_[r]));
+    global.push_back(global_ranks_[r]);
+  }
+  char error[kErrorBytes] = {0};
+  hvdlite_handle adding = hvdlite_add_process_set_of_members(members.data(), static_cast<int32_t>(members.size()),
+                                                             error, kErrorBytes);
+  TORCH_CHECK(adding > 0, "hvdlite: ", what, ": ", error);
+  const double seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : -1.0;
+  const int waited = hvdlite_wait_all_for(&adding, 1, seconds);
+  if (waited != 0) {
+    if (waited == 1) hvdlite_handle_error(adding, error, kErrorBytes);
+    hvdlite_release(adding);
+    TORCH_CHECK(false, "hvdlite: ", what, ": the group's process set ",
+                waited == -2 ? "was not made within the timeout (did every remaining rank call it?)" : error);
+  }
+  const int32_t set_id = static_cast<int32_t>(hvdlite_handle_result(adding));
+  hvdlite_release(adding);
+  return c10::make_intrusive<HvdliteBackend>(static_cast<int>(me - group_ranks.begin()),
+                                             static_cast<int>(group_ranks.size()), set_id, std::move(global),
+                                             std::move(name), timeout);
+}
+
 std::string HvdliteBackend::NextName() {
   return "c10d." + group_name_ + "." + std::to_string(calls_++);
 }

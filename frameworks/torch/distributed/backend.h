@@ -36,6 +36,15 @@ class HvdliteBackend : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return calls_.load(); }
 
+  // split_group and shrink_group: a backend of some of the group's ranks, on the process set its members ask for
+  // (the excluded ranks need not call: a shrink leaves out ranks that may be gone). Non-members get none.
+  bool supportsSplitting() const override { return true; }
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &store, const std::vector<int> &ranks,
+                                          const c10::intrusive_ptr<Options> &opts) override;
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options> &opts_override) override;
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                            const c10d::BroadcastOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
@@ -96,6 +105,9 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
                                        const std::string &what, std::vector<at::Tensor> keep_alive);
   std::string NextName();  // "c10d.<group>.<n>": the group's n-th call
+  // The backend of the group ranks given (ascending), named name, or none where this rank is not one of them.
+  c10::intrusive_ptr<c10d::Backend> Subgroup(const std::vector<int64_t> &group_ranks, std::string name,
+                                             std::chrono::milliseconds timeout, const char *what);
   void CheckRoot(int64_t root, const char *collective) const;
 
   // All-reduce of tensors in place with op (bitwise ops through an all-gather); the shared part of allreduce,
@@ -121,6 +133,7 @@ class HvdliteBackend : public c10d::Backend {
   const std::string group_name_;
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> calls_{0};
+  uint64_t shrinks_ = 0;  // shrinks of this group so far: part of the next one's name
   std::mutex point_to_point_mutex_;
   struct PairSet {
     int32_t id = -1;            // the process set of this rank and the peer, once made
