@@ -84,24 +84,28 @@ def torch_block(result):
     return text
 
 
-def torch_ddp_block(result, across_hosts=None):
+def torch_ddp_block(result, across_hosts=()):
     def described(r, command):
         s = r.get("settings", {})
         for flag, default in (("num_iters", 12), ("allreduce_calls", 20)):  # the bench's defaults
             if s.get(flag, default) != default:
                 command += f" --{flag.replace('_', '-')} {s[flag]}"
+        if s.get("models") and s["models"] != "resnet,mlp,transformer":
+            command += f" --models {s['models']}"
+        if s.get("skip_allreduce"):
+            command += " --skip-allreduce"
         return (f"\n\n- command: `{command}` ({s.get('num_iters', '?')} timed iterations of "
                 f"{s.get('num_batches_per_iter', '?')} steps, batch {s.get('batch_size', '?')} per rank); load average "
                 f"{', '.join(f'{x:.1f}' for x in r.get('load_average', []))}")
     text = (f"![torch.distributed on hvdlite](benchmarks/torch_ddp_backend.png)\n\nOne host, "
             f"{result['settings'].get('np', 2)} ranks:\n\n{result['table']}" +
             described(result, "python bench/torch_ddp_backend.py --json bench/results/torch_ddp_backend.json"))
-    if across_hosts:
-        s = across_hosts["settings"]
+    for record in across_hosts:
+        s = record["settings"]
         text += (f"\n\n{s.get('hosts')} simulated hosts x 1 rank, links shaped to {s.get('rate_mbit')} Mbit/s:\n\n"
-                 f"{across_hosts['table']}" +
-                 described(across_hosts, f"sudo python bench/torch_ddp_backend.py --hosts {s.get('hosts')} --rate-mbit "
-                                         f"{s.get('rate_mbit')} --json bench/results/torch_ddp_backend_2hosts.json"))
+                 f"{record['table']}" +
+                 described(record, f"sudo python bench/torch_ddp_backend.py --hosts {s.get('hosts')} --rate-mbit "
+                                   f"{s.get('rate_mbit')} --json bench/results/torch_ddp_backend_{s.get('hosts')}hosts.json"))
     return text
 
 
@@ -273,14 +277,17 @@ def replace_block(text, name, body):
 
 def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
-                                             "torch_ddp_backend_2hosts", "tf_synthetic", "autotune",
+                                             "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
+                                             "autotune",
                                              "multihost", "elastic_commit", "elastic_commit_gpu", "gpu_training",
                                              *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
     for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
-                         ("torch_ddp_backend", lambda r: torch_ddp_block(r, results["torch_ddp_backend_2hosts"])),
+                         ("torch_ddp_backend", lambda r: torch_ddp_block(r, [
+                             results[name] for name in ("torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts")
+                             if results[name]])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:

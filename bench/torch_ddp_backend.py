@@ -1,10 +1,12 @@
 """torch.distributed on hvdlite's backend against gloo, side by side in one job: DDP training throughput on the
-hvdlite backend, on gloo, and with hvdlite's own DistributedOptimizer (ResNet-like, MLP, transformer), and
-dist.all_reduce from 4 KiB to 256 MiB.
+hvdlite backend, on gloo, and with hvdlite's own DistributedOptimizer (ResNet-like, MLP, transformer; ResNet-18
+with --models), each with its scaling efficiency against one rank training alone, and dist.all_reduce from 4 KiB to
+256 MiB.
 
     python bench/torch_ddp_backend.py --np 2                       # tables on stdout
     python bench/torch_ddp_backend.py --np 2 --json bench/results/torch_ddp_backend.json --plot out.png
     sudo python bench/torch_ddp_backend.py --hosts 2 --rate-mbit 1000    # 2 simulated hosts x 1 rank, 1 Gbit/s
+    sudo python bench/torch_ddp_backend.py --hosts 4 --models resnet18,mlp,transformer --skip-allreduce
 
 With --hosts the ranks run one per simulated host (network namespaces on this machine, tests/harness/
 simulated_hosts.py: TCP through a bridge, each host's link shaped with tc tbf; needs root), started by MPICH's
@@ -13,7 +15,9 @@ mpiexec; gloo goes through the same links (GLOO_SOCKET_IFNAME).
 Every process holds a default process group on hvdlite and a gloo group beside it (new_group(backend="gloo")), and
 copies of one model under DDP on each, plus one under hvdlite's DistributedOptimizer; they take turns every timed
 iteration (the order rotating), so all meet the same machine load, and each ratio is the median of per-iteration
-ratios. The all-reduces alternate hvdlite and gloo call by call on the same tensor size; each size's time is the
+ratios. Before them rank 0 trains a plain copy alone (the others wait) for the one-rank rate; a trainer's scaling
+efficiency is its samples/s over (ranks x that rate). On simulated hosts every rank shares this machine's cores,
+which bounds the efficiency (4 ranks on 2 cores: at most 0.5). The all-reduces alternate hvdlite and gloo call by call on the same tensor size; each size's time is the
 median over its calls.
 """
 import argparse
@@ -29,7 +33,7 @@ HERE = os.path.abspath(__file__)
 TRAINERS = ("ddp_gloo", "ddp_hvdlite", "hvdlite_optimizer")
 LABELS = {"ddp_gloo": "DDP on gloo", "ddp_hvdlite": "DDP on hvdlite", "hvdlite_optimizer":
           "hvdlite DistributedOptimizer"}
-MODELS = ("resnet", "mlp", "transformer")
+MODELS = ("resnet", "mlp", "transformer")  # the default; also "resnet18"
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 
 
@@ -58,10 +62,11 @@ def parse_args(argv=None):
 
 def build_model(kind):
     import torch.nn as nn
-    if kind == "resnet":
+    if kind in ("resnet", "resnet18"):
         sys.path.insert(0, os.path.dirname(HERE))
         from torch_synthetic import resnet_like
-        return resnet_like(argparse.Namespace(width=32, blocks=1, num_classes=100)), (3, 32, 32), 100
+        shape = dict(width=32, blocks=1, stages=3) if kind == "resnet" else dict(width=64, blocks=2, stages=4)
+        return resnet_like(argparse.Namespace(num_classes=100, **shape)), (3, 32, 32), 100
     if kind == "mlp":  # communication-bound: 5.3 M parameters, little computation each
         return nn.Sequential(nn.Flatten(), nn.Linear(3072, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 100)), (3, 32, 32), 100
@@ -115,6 +120,20 @@ def train_models(args, rank, size, gloo, log):
             F.cross_entropy(net(data), target).backward()
             opt.step()
 
+        alone = copy.deepcopy(model)  # the one-rank rate: rank 0 trains it while the others wait
+        dist.barrier(group=gloo)
+        if rank == 0:
+            alone_opt = torch.optim.SGD(alone.parameters(), lr=0.01, momentum=0.9)
+            for _ in range(args.num_warmup_batches):
+                step(alone, alone_opt)
+            start = time.perf_counter()
+            for _ in range(args.num_batches_per_iter * 2):
+                step(alone, alone_opt)
+            one_rank = args.batch_size * args.num_batches_per_iter * 2 / (time.perf_counter() - start)
+        rate = torch.tensor([one_rank if rank == 0 else 0.0], dtype=torch.float64)
+        dist.broadcast(rate, src=0, group=gloo)
+        one_rank = rate.item()
+
         for net, opt in trainers.values():
             for _ in range(args.num_warmup_batches):
                 step(net, opt)
@@ -131,7 +150,8 @@ def train_models(args, rank, size, gloo, log):
                 elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
                 rates[name].append(size * args.batch_size * args.num_batches_per_iter / elapsed.item())
-        results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates}
+        results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates, "one_rank_samples_per_s": one_rank,
+                         "ranks": size}
         log(f"{kind}: " + ", ".join(f"{n} {statistics.median(r):.1f}" for n, r in rates.items()))
     return results
 
@@ -191,12 +211,16 @@ def run_worker(args):
 
 def summarize(results):
     lines = ["| model (parameters) | DDP on gloo | DDP on hvdlite | hvdlite DistributedOptimizer | "
-             "DDP on hvdlite / on gloo | DDP on hvdlite / DistributedOptimizer |", "|---|---:|---:|---:|---:|---:|"]
+             "DDP on hvdlite / on gloo | DDP on hvdlite / DistributedOptimizer | DistributedOptimizer / DDP on gloo | "
+             "scaling efficiency (gloo, hvdlite, optimizer) |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for kind, r in results["training"].items():
         rates = r["samples_per_s_per_iter"]
+        efficiency = ", ".join(f"{e:.2f}" for e in r["scaling_efficiency"].values()) if "scaling_efficiency" in r \
+            else "-"
         lines.append(f"| {kind} ({r['parameters']:,}) | " +
                      " | ".join(f"{statistics.median(rates[n]):.1f}" for n in TRAINERS) +
-                     f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} |")
+                     f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} | "
+                     f"{r['optimizer_over_gloo']:.3f} | {efficiency} |")
     if results.get("allreduce"):
         lines += ["", "| all_reduce | hvdlite ms | gloo ms | hvdlite speed / gloo |", "|---:|---:|---:|---:|"]
         for row in results["allreduce"]:
@@ -211,6 +235,11 @@ def add_ratios(results):
         r["hvdlite_over_gloo"] = statistics.median(h / g for h, g in zip(rates["ddp_hvdlite"], rates["ddp_gloo"]))
         r["hvdlite_over_optimizer"] = statistics.median(
             h / o for h, o in zip(rates["ddp_hvdlite"], rates["hvdlite_optimizer"]))
+        r["optimizer_over_gloo"] = statistics.median(
+            o / g for o, g in zip(rates["hvdlite_optimizer"], rates["ddp_gloo"]))
+        if r.get("one_rank_samples_per_s"):
+            r["scaling_efficiency"] = {name: statistics.median(rates[name]) / (r["ranks"] * r["one_rank_samples_per_s"])
+                                       for name in TRAINERS}
 
 
 def plot(path, results):

@@ -63,7 +63,8 @@ def parse_args(argv=None):
 # --- worker side ---------------------------------------------------------------------------------------------
 
 def resnet_like(args):
-    """A small ResNet: a 3x3 stem, three stages of basic residual blocks (stride 2 between), pool, linear."""
+    """A ResNet of basic residual blocks: a 3x3 stem, ``stages`` stages (3 unless args has it; stride 2 between,
+    width doubling), pool, linear. Width 64, 2 blocks, 4 stages is ResNet-18 (for 32x32 images)."""
     import torch.nn as nn
 
     class BasicBlock(nn.Module):
@@ -83,7 +84,7 @@ def resnet_like(args):
 
     layers = [nn.Conv2d(3, args.width, 3, 1, 1, bias=False), nn.BatchNorm2d(args.width), nn.ReLU()]
     cin = args.width
-    for stage in range(3):
+    for stage in range(getattr(args, "stages", 3)):
         cout = args.width * 2 ** stage
         for block in range(args.blocks):
             layers.append(BasicBlock(cin, cout, 2 if stage > 0 and block == 0 else 1))
