@@ -136,12 +136,7 @@ class _RaySlots(SlotSource):
             num_cpus=self._resources["CPU"], num_gpus=self._resources.get("GPU", 0),
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i // per_bundle),
         ).remote((self.caller_host, registry.port), registry.secret, i) for i in range(count)])
-        try:
-            registry.wait_for_all(timeout)
-        except BaseException:
-            self.release(registry, failed=True)
-            raise
-        return registry
+        return self.registered(registry, timeout)
 
     def remove_commits(self, job, log):
         """A task on every live node (taking no CPU, so it runs whatever the node is busy with)."""

@@ -46,6 +46,16 @@ class SlotSource:
         """Gives the slots back (``failed``: the job on them failed; the engine may cancel what is left)."""
         raise NotImplementedError
 
+    def registered(self, registry, timeout):
+        """``registry`` (its slots asked for) once every slot has registered; gives them back and raises when they
+        do not within ``timeout`` seconds."""
+        try:
+            registry.wait_for_all(timeout)
+        except BaseException:
+            self.release(registry, failed=True)
+            raise
+        return registry
+
     def remove_commits(self, job, log):
         """Removes job ``job``'s commits on the machines of every slot the engine has free (an engine that can
         reach each of its machines otherwise does better)."""

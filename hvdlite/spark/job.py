@@ -84,12 +84,7 @@ class _SparkSlots(SlotSource):
         registry = SlotRegistry(count)
         stage = _Stage(self.context, count, registry, self.caller_host)
         self._stages[id(registry)] = stage
-        try:
-            registry.wait_for_all(timeout)
-        except BaseException:
-            self.release(registry, failed=True)
-            raise
-        return registry
+        return self.registered(registry, timeout)
 
     def release(self, registry, failed):
         registry.release()
