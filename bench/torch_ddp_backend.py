@@ -1,7 +1,7 @@
 """torch.distributed on hvdlite's backend against gloo, side by side in one job: DDP training throughput on the
 hvdlite backend, on gloo, and with hvdlite's own DistributedOptimizer (ResNet-like, MLP, transformer; ResNet-18
 with --models), each with its scaling efficiency against one rank training alone, and dist.all_reduce from 4 KiB to
-256 MiB.
+256 MiB with the CPU it keeps busy meanwhile.
 
     python bench/torch_ddp_backend.py --np 2                       # tables on stdout
     python bench/torch_ddp_backend.py --np 2 --json bench/results/torch_ddp_backend.json --plot out.png
@@ -157,6 +157,9 @@ def train_models(args, rank, size, gloo, log):
 
 
 def time_allreduces(args, gloo, log):
+    """Each size's median time per backend, and the CPU time the process spent meanwhile (all its threads: the
+    caller's, hvdlite's background thread, gloo's), as cores kept busy: what the communication takes from a
+    computation running beside it."""
     import torch
     import torch.distributed as dist
     rows = []
@@ -164,23 +167,28 @@ def time_allreduces(args, gloo, log):
         x = torch.ones(nbytes // 4)
         calls = args.allreduce_calls if nbytes < (16 << 20) else max(4, args.allreduce_calls // 4)
         times = {"hvdlite": [], "gloo": []}
+        cpu = {"hvdlite": [], "gloo": []}
         for group in (None, gloo):  # warm-up
             dist.all_reduce(x, group=group)
         for call in range(calls):
             for name in (("hvdlite", "gloo") if call % 2 == 0 else ("gloo", "hvdlite")):
                 group = None if name == "hvdlite" else gloo
                 dist.barrier(group=gloo)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 dist.all_reduce(x, group=group)
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)
-                times[name].append(elapsed.item())
+                spent = torch.tensor([time.perf_counter() - start, time.process_time() - start_cpu],
+                                     dtype=torch.float64)
+                dist.all_reduce(spent, op=dist.ReduceOp.MAX, group=gloo)
+                times[name].append(spent[0].item())
+                cpu[name].append(spent[1].item() / spent[0].item())
         row = {"bytes": nbytes, "hvdlite_ms": 1e3 * statistics.median(times["hvdlite"]),
-               "gloo_ms": 1e3 * statistics.median(times["gloo"])}
+               "gloo_ms": 1e3 * statistics.median(times["gloo"]),
+               "hvdlite_cpu_cores": statistics.median(cpu["hvdlite"]), "gloo_cpu_cores": statistics.median(cpu["gloo"])}
         row["gloo_over_hvdlite"] = row["gloo_ms"] / row["hvdlite_ms"]
         rows.append(row)
         log(f"all_reduce {nbytes >> 10} KiB: hvdlite {row['hvdlite_ms']:.3f} ms, gloo {row['gloo_ms']:.3f} ms, "
-            f"{row['gloo_over_hvdlite']:.2f}x")
+            f"{row['gloo_over_hvdlite']:.2f}x; CPU cores busy {row['hvdlite_cpu_cores']:.2f} and "
+            f"{row['gloo_cpu_cores']:.2f}")
     return rows
 
 
@@ -222,10 +230,14 @@ def summarize(results):
                      f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} | "
                      f"{r['optimizer_over_gloo']:.3f} | {efficiency} |")
     if results.get("allreduce"):
-        lines += ["", "| all_reduce | hvdlite ms | gloo ms | hvdlite speed / gloo |", "|---:|---:|---:|---:|"]
+        cores = "hvdlite_cpu_cores" in results["allreduce"][0]
+        lines += ["", "| all_reduce | hvdlite ms | gloo ms | hvdlite speed / gloo |" +
+                  (" CPU cores busy meanwhile (hvdlite, gloo) |" if cores else ""),
+                  "|---:|---:|---:|---:|" + ("---|" if cores else "")]
         for row in results["allreduce"]:
             size = f"{row['bytes'] >> 20} MiB" if row["bytes"] >= 1 << 20 else f"{row['bytes'] >> 10} KiB"
-            lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |")
+            lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |" +
+                         (f" {row['hvdlite_cpu_cores']:.2f}, {row['gloo_cpu_cores']:.2f} |" if cores else ""))
     return "\n".join(lines)
 
 
