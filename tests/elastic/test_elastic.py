@@ -1,8 +1,9 @@
 """Elastic training by restart, with real jobs under hvdliterun on this host: a rank killed with SIGKILL mid-epoch,
 the job restarted from its last commit and finishing bitwise equal to an uninterrupted run (PyTorch and Keras);
 a job that shrinks after a failure and grows when its discovery script finds room, with reset callbacks and
-ElasticSampler neither repeating nor skipping a sample; the launcher's limits and its one line per restart; and
-damaged commit files (single-rank, in process).
+ElasticSampler neither repeating nor skipping a sample; the launcher's limits and its one line per restart; a job
+whose starts another program makes (an engine's elastic run) keeping its commits for the next; and damaged commit
+files (single-rank, in process).
 """
 import os
 import re
@@ -450,6 +451,21 @@ def test_a_job_without_restarts_leaves_no_commits_and_one_that_never_committed_c
     failing.write_text("import sys\nimport hvdlite\nhvdlite.init()\nsys.exit(3)\n")
     code, output = hvdliterun("-np", 2, sys.executable, failing, timeout=120)
     assert code == 3 and "commits" not in output, output[-3000:]
+
+
+def test_a_job_whose_starts_another_program_makes_keeps_its_commits_for_the_next_start():
+    """HVDLITE_ELASTIC_OUTER_JOB (set by an engine's elastic run, which starts hvdliterun again itself): the job's
+    commits go under that id and stay when it fails, and the next start with the same id resumes from them."""
+    before = commit_folders_here()
+    env = {"HVDLITE_ELASTIC_OUTER_JOB": f"outer{uuid.uuid4().hex[:12]}"}
+    code, output = hvdliterun("-np", 2, sys.executable, GIVEN_UP, "fail", timeout=120, env=env)
+    assert code == 3 and "commits" not in output, output[-3000:]
+    left = commit_folders_here() - before
+    assert left and all(env["HVDLITE_ELASTIC_OUTER_JOB"] in path or path.startswith("/dev/shm") for path in left), left
+    code, output = hvdliterun("-np", 2, sys.executable, GIVEN_UP, "succeed", timeout=120, env=env)
+    assert code == 0, output[-3000:]
+    assert sorted(re.findall(r"STEP (\d) (\d+)", output)) == [("0", "2"), ("1", "2")], output[-3000:]
+    assert commit_folders_here() == before, "the finished job left its commits behind"
 
 
 @pytest.mark.parametrize("restarts", [["--max-restarts", "3"], []], ids=["max-restarts", "plain"])
