@@ -105,7 +105,8 @@ def torch_ddp_block(result, across_hosts=()):
         text += (f"\n\n{s.get('hosts')} simulated hosts x 1 rank, links shaped to {s.get('rate_mbit')} Mbit/s:\n\n"
                  f"{record['table']}" +
                  described(record, f"sudo python bench/torch_ddp_backend.py --hosts {s.get('hosts')} --rate-mbit "
-                                   f"{s.get('rate_mbit')} --json bench/results/torch_ddp_backend_{s.get('hosts')}hosts.json"))
+                                   f"{s.get('rate_mbit')} --json "
+                                   f"bench/results/torch_ddp_backend_{s.get('hosts')}hosts.json"))
     return text
 
 

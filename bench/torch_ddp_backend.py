@@ -17,8 +17,8 @@ copies of one model under DDP on each, plus one under hvdlite's DistributedOptim
 iteration (the order rotating), so all meet the same machine load, and each ratio is the median of per-iteration
 ratios. Before them rank 0 trains a plain copy alone (the others wait) for the one-rank rate; a trainer's scaling
 efficiency is its samples/s over (ranks x that rate). On simulated hosts every rank shares this machine's cores,
-which bounds the efficiency (4 ranks on 2 cores: at most 0.5). The all-reduces alternate hvdlite and gloo call by call on the same tensor size; each size's time is the
-median over its calls.
+which bounds the efficiency (4 ranks on 2 cores: at most 0.5). The all-reduces alternate hvdlite and gloo call by
+call on the same tensor size; each size's time is the median over its calls.
 """
 import argparse
 import json
@@ -236,8 +236,9 @@ def summarize(results):
                   "|---:|---:|---:|---:|" + ("---|" if cores else "")]
         for row in results["allreduce"]:
             size = f"{row['bytes'] >> 20} MiB" if row["bytes"] >= 1 << 20 else f"{row['bytes'] >> 10} KiB"
-            lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |" +
-                         (f" {row['hvdlite_cpu_cores']:.2f}, {row['gloo_cpu_cores']:.2f} |" if cores else ""))
+            cpu = f" {row['hvdlite_cpu_cores']:.2f}, {row['gloo_cpu_cores']:.2f} |" if cores else ""
+            lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |"
+                         + cpu)
     return "\n".join(lines)
 
 

@@ -149,7 +149,8 @@ class _RaySlots(SlotSource):
             log(f"could not remove the job's commits on every node: {error}")
 
     def actors(self, registry):
-        """The actors by rank: rank r is a child of the r-th (slot_job numbers ranks machine by machine)."""
+        """The actors by rank: rank r takes its calls from the r-th, on its node (slot_job numbers ranks machine by
+        machine)."""
         actors = self._placed[id(registry)][1]
         return [actors[index] for index in registry.rank_order()]
 
@@ -186,8 +187,7 @@ class RayExecutor:
         if not self.elastic and (num_workers is None) == (num_hosts is None):
             raise ValueError("give either num_workers or num_hosts (with num_workers_per_host)")
         self.settings = settings
-        self.num_workers = num_workers if num_workers is not None or num_hosts is None else \
-            num_hosts * num_workers_per_host
+        self.num_workers = num_workers if num_hosts is None else num_hosts * num_workers_per_host
         self._elastic = dict(min_workers=min_workers or 1, max_workers=max_workers, reset_limit=reset_limit,
                              elastic_timeout=elastic_timeout)
         self._resources = {"CPU": cpus_per_worker}

@@ -15,13 +15,19 @@ from .reachability import host_problems
 REMOVAL_SECONDS = 60.0  # the most the removal may take, on all the job's hosts at once
 
 
-def remove_commits(job, host_names, env, build_argv, launcher_exec, log, ssh_args=()):
-    """Removes job ``job``'s commits on the hosts named (none: this host), through mpiexec as the job was started
-    (``build_argv(hosts or None, num_proc, what=program)``), with the ranks' environment ``env``."""
+def kept_by_user(env, log):
+    """True, having said where, when the ranks' environment ``env`` puts the commits in a folder the user chose."""
     kept = commit_folders.configured(env)
     if kept:
         log(f"the job's commits stay in {kept} on each host: start the job again with the same "
             f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
+    return bool(kept)
+
+
+def remove_commits(job, host_names, env, build_argv, launcher_exec, log, ssh_args=()):
+    """Removes job ``job``'s commits on the hosts named (none: this host), through mpiexec as the job was started
+    (``build_argv(hosts or None, num_proc, what=program)``), with the ranks' environment ``env``."""
+    if kept_by_user(env, log):
         return
     # Only hosts that answer: mpiexec would wait for the others.
     lost = host_problems(host_names, launcher_exec, ssh_args=ssh_args)

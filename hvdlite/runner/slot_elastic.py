@@ -12,11 +12,13 @@ ranks remove the job's commits. One that gives up has the engine remove them on 
 slot it has free once more, since the failed start's own may be gone or being cancelled; Ray: a task on each node);
 where the user chose the commit folder (HVDLITE_ELASTIC_COMMIT_DIR) they stay, as hvdliterun leaves them.
 """
+import os
 import shlex
 import sys
 import time
 
 from . import commit_folders
+from .commit_removal import kept_by_user
 from .function_runner import RankFailed
 from .job import new_job_id
 from .protocol import JOB_VARIABLE, OUTER_JOB_VARIABLE, RESTART_VARIABLE
@@ -24,7 +26,6 @@ from .slot_client import run_in_slot
 from .slot_job import SlotLost, run_on_slots
 
 WAIT_INTERVAL_SECONDS = 1.0  # between looks at the engine's free slots while there are fewer than the minimum
-DEFAULT_START_SECONDS = 600.0  # for a start's slots to start, when not given
 REMOVAL_START_SECONDS = 60.0  # for the slots that remove a given-up job's commits to start
 
 
@@ -83,11 +84,12 @@ def removal_command(job):
 
 
 def run_elastic_on_slots(func, args, kwargs, source, num_proc, min_num_proc, max_num_proc, elastic_timeout,
-                         reset_limit, log, env=None, **job_options):
+                         reset_limit, log, start_timeout, env=None, **job_options):
     """``func(*args, **kwargs)`` on ``num_proc`` ranks first, restarted after failures (at most ``reset_limit``
     times; None: no limit) on as many as ``source`` has slots for, within ``min_num_proc``..``max_num_proc`` (None:
-    no maximum), waiting up to ``elastic_timeout`` seconds for the minimum. Returns the last start's values in rank order.
-    ``job_options``: run_on_slots's (start_timeout, mpi_args, verbose, stdout, stderr, network_interfaces)."""
+    no maximum), waiting up to ``elastic_timeout`` seconds for the minimum and ``start_timeout`` for each start's
+    slots. Returns the last start's values in rank order. ``job_options``: run_on_slots's others (mpi_args,
+    verbose, stdout, stderr, network_interfaces)."""
     if not 1 <= min_num_proc <= num_proc <= (max_num_proc or num_proc):
         raise ValueError(f"need 1 <= min_num_proc ({min_num_proc}) <= num_proc ({num_proc}) <= max_num_proc "
                          f"({max_num_proc})")
@@ -96,9 +98,10 @@ def run_elastic_on_slots(func, args, kwargs, source, num_proc, min_num_proc, max
     while True:
         registry = None
         try:
-            registry = source.acquire(count, job_options.get("start_timeout") or DEFAULT_START_SECONDS)
+            registry = source.acquire(count, start_timeout)
             start_env = dict(env or {}, **{OUTER_JOB_VARIABLE: job, RESTART_VARIABLE: str(restarts)})
-            result = run_on_slots(func, args, kwargs, registry, source.caller_host, env=start_env, **job_options)
+            result = run_on_slots(func, args, kwargs, registry, source.caller_host, start_timeout=start_timeout,
+                                  env=start_env, **job_options)
         except (SlotLost, RankFailed, RuntimeError, TimeoutError) as failure:
             if registry is not None:
                 source.release(registry, failed=True)
@@ -138,12 +141,8 @@ def _wait_for_slots(source, low, high, timeout, job, env, log):
 def _give_up(source, job, env, log):
     """The run ends without success: removes the job's commits on the engine's machines (where they are the
     user's, says where they stay)."""
-    kept = commit_folders.configured(dict(env or {})) or commit_folders.configured()
-    if kept:
-        log(f"the job's commits stay in {kept} on each host: run it again with the same "
-            f"{commit_folders.COMMIT_DIR.env} to resume from the last one")
-        return
-    source.remove_commits(job, log)
+    if not kept_by_user(dict(os.environ, **(env or {})), log):  # the ranks' environment, as run_on_slots makes it
+        source.remove_commits(job, log)
 
 
 def _first_line(error):
