@@ -8,19 +8,9 @@ import os
 import signal
 import time
 
-from harness.process_tree import command_line, parent_of
+from harness.process_tree import ancestor_with
 
 STEPS = 12
-
-
-def slot_pid(slot_word):
-    """The nearest ancestor whose command line has ``slot_word``: the engine's process this rank runs in."""
-    pid = parent_of(os.getpid())
-    while pid > 1:
-        if slot_word in command_line(pid):
-            return pid
-        pid = parent_of(pid)
-    raise RuntimeError(f"this rank does not descend from a process with {slot_word!r} in its command line")
 
 
 def train(kill_after_steps=None, slot_word=None, kill_on_every_start=False):
@@ -53,7 +43,7 @@ def train(kill_after_steps=None, slot_word=None, kill_on_every_start=False):
             state.commit()
             if (state.step - resumed_at[0] == kill_after_steps and hvd.rank() == hvd.size() - 1
                     and (restarts() == 0 or kill_on_every_start)):
-                os.kill(slot_pid(slot_word), signal.SIGKILL)
+                os.kill(ancestor_with(slot_word), signal.SIGKILL)
                 time.sleep(600)  # the job ends around this rank: its slot is gone
 
     loop(state)

@@ -18,7 +18,7 @@ import elastic_training
 import hvdlite.spark
 from harness import process_tree
 from harness.elastic_folders import commit_folders_here
-from harness.process_tree import ancestors, command_line, parent_of
+from harness.process_tree import ancestor_with, ancestors
 
 KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it takes about one)
 # The ranks cannot import these modules: the functions they run go by value.
@@ -34,16 +34,6 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def task_pid():
-    """The pid of the PySpark worker (the task's process) this rank descends from."""
-    pid = parent_of(os.getpid())
-    while pid > 1:
-        if "pyspark" in command_line(pid):
-            return pid
-        pid = parent_of(pid)
-    raise RuntimeError("this rank does not descend from a PySpark worker")
 
 
 def test_every_rank_runs_inside_a_task_and_the_values_come_back_in_rank_order(spark, job_token):
@@ -101,7 +91,7 @@ def test_a_task_killed_while_its_rank_runs_fails_the_run_promptly(spark, job_tok
         if hvd.rank() == 1:
             with open(marker, "w") as stream:
                 stream.write(str(time.time()))
-            os.kill(task_pid(), signal.SIGKILL)  # the task's process, as Spark loses an executor's worker
+            os.kill(ancestor_with("pyspark"), signal.SIGKILL)  # the task's process, as Spark loses an executor's worker
         time.sleep(600)  # both ranks would wait here: only the lost task ends the run
 
     with pytest.raises(hvdlite.spark.SlotLost, match=r"lost slot-\d"):
@@ -128,7 +118,6 @@ def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
     assert hvdlite.spark.HorovodRunner(np=-2).run(main, value=4) == (0, 2, 4, False)
     with pytest.raises(ValueError, match="non-zero"):
         hvdlite.spark.HorovodRunner(np=0)
-
 
 
 def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_uninterrupted_run(spark, job_token,

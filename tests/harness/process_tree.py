@@ -21,3 +21,14 @@ def ancestors():
         lines.append(command_line(pid))
         pid = parent_of(pid)
     return lines
+
+
+def ancestor_with(word):
+    """The pid of this process's nearest ancestor whose command line has ``word`` (the engine's task or actor a
+    rank runs in)."""
+    pid = parent_of(os.getpid())
+    while pid > 1:
+        if word in command_line(pid):
+            return pid
+        pid = parent_of(pid)
+    raise RuntimeError(f"this process does not descend from one with {word!r} in its command line")
