@@ -27,7 +27,11 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-ALGORITHMS = ("auto", "ring", "hierarchical")
+# Phases: (HVDLITE_ALLREDUCE_ALGORITHM, HVDLITE_CROSS_HOST_TRANSPORT). The ring is the flat ring over MPI; the
+# hierarchical one crosses hosts over hvdlite's own TCP ring, and once more over MPI's point-to-point.
+PHASES = {"auto": ("auto", "tcp"), "ring": ("ring", "tcp"), "hierarchical": ("hierarchical", "tcp"),
+          "hierarchical_mpi": ("hierarchical", "mpi")}
+ALGORITHMS = tuple(PHASES)
 SIZES = [4096 * 4 ** k for k in range(8)]  # 4 KiB .. 64 MiB
 QUICK_SIZES = [4096, 262144, 1 << 20, 16 << 20, 64 << 20]
 LAYOUTS = {"2x1": (2, 1, "blocks"), "4x1": (4, 1, "blocks"), "2x2": (2, 2, "blocks"), "2x2rr": (2, 2, "round-robin")}
@@ -52,8 +56,9 @@ def run_job(args):
 
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {"ranks": COMM.Get_size(), "sizes": sizes, "phases": {}}
-    for algorithm in ALGORITHMS:
-        os.environ["HVDLITE_ALLREDUCE_ALGORITHM"] = algorithm
+    for algorithm, (choice, transport) in PHASES.items():
+        os.environ["HVDLITE_ALLREDUCE_ALGORITHM"] = choice
+        os.environ["HVDLITE_CROSS_HOST_TRANSPORT"] = transport
         hvd.init()
         phase = results["phases"][algorithm] = {}
         for nbytes in sizes:
@@ -67,16 +72,30 @@ def run_job(args):
                 handle = submit(request)
                 handle.wait()
                 handle.release()
-            methods = {"hvd": hvd_call, "mpi": lambda: COMM.Allreduce(x, out_mpi, MPI.SUM)}
+            cpu = {"hvd": [0.0, 0.0], "mpi": [0.0, 0.0]}  # process CPU seconds, wall seconds
+
+            def timed_cpu(name, call):
+                def run():
+                    cpu_start, wall_start = time.process_time(), time.perf_counter()
+                    call()
+                    cpu[name][0] += time.process_time() - cpu_start
+                    cpu[name][1] += time.perf_counter() - wall_start
+                return run
+            methods = {"hvd": timed_cpu("hvd", hvd_call),
+                       "mpi": timed_cpu("mpi", lambda: COMM.Allreduce(x, out_mpi, MPI.SUM))}
             for name, output in (("hvd", out_hvd), ("mpi", out_mpi)):  # correctness first, then the timed rounds
                 methods[name]()
                 if not np.all(output == expected):
                     raise SystemExit(f"{name} ({algorithm} phase) {nbytes} B: wrong all-reduce result")
             rounds = common.interleaved(methods, args.repeats, args.budget, warmup=2)
             figures = phase[str(nbytes)] = {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
-                                            "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
+                                            "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"]),
+                                            # cores the rank kept busy while it waited (its CPU time / wall time)
+                                            "hvd_cpu": cpu["hvd"][0] / max(cpu["hvd"][1], 1e-9),
+                                            "mpi_cpu": cpu["mpi"][0] / max(cpu["mpi"][1], 1e-9)}
             common.say(f"  {algorithm:>12} {common.human_bytes(nbytes):>8}: hvdlite {figures['hvd_s'] * 1e3:8.3f} ms"
-                       f"  MPI {figures['mpi_s'] * 1e3:8.3f} ms  ratio {figures['hvd_over_mpi']:.2f}")
+                       f"  MPI {figures['mpi_s'] * 1e3:8.3f} ms  ratio {figures['hvd_over_mpi']:.2f}"
+                       f"  cores busy {figures['hvd_cpu']:.2f} / MPI {figures['mpi_cpu']:.2f}")
         hvd.shutdown()
     if COMM.Get_rank() == 0:
         with open(args.job_json, "w") as stream:
@@ -171,6 +190,8 @@ def summarise(records):
             for algorithm, p in phases.items():
                 row[f"{algorithm}_s"] = p["hvd_s"]
                 row[f"{algorithm}_over_mpi"] = p["hvd_over_mpi"]
+                row[f"{algorithm}_cpu"] = p.get("hvd_cpu")
+            row["mpi_cpu"] = phases["auto"].get("mpi_cpu")
             bus_factor = 2 * (count - 1) / count
             row["auto_bus_mbit"] = bus_factor * nbytes * 8 / row["auto_s"] / 1e6
             row["mpi_bus_mbit"] = bus_factor * nbytes * 8 / mpi_s / 1e6
@@ -220,16 +241,16 @@ def crossovers(rows):
 
 def table(rows):
     from common import format_table, human_bytes
-    header = ["link", "layout", "size", "MPI ms", "auto ms", "ring ms", "hier ms", "MPI/auto", "bus Mbit/s",
-              "bus/link", "bus/TCP"]
+    header = ["link", "layout", "size", "MPI ms", "auto ms", "ring ms", "hier ms", "hier/MPI ms", "MPI/auto",
+              "bus Mbit/s", "bus/link", "bus/TCP", "cores auto", "cores MPI"]
     body = []
     for r in rows:
         body.append([f"{r['rate_mbit']} Mbit/s" if r["rate_mbit"] else "unshaped", r["layout"], human_bytes(r["bytes"]),
                      f"{r['mpi_s'] * 1e3:.3f}", f"{r['auto_s'] * 1e3:.3f}", f"{r['ring_s'] * 1e3:.3f}",
-                     f"{r['hierarchical_s'] * 1e3:.3f}", f"{1 / r['auto_over_mpi']:.2f}",
-                     f"{r['auto_bus_mbit']:.0f}",
+                     f"{r['hierarchical_s'] * 1e3:.3f}", f"{r['hierarchical_mpi_s'] * 1e3:.3f}",
+                     f"{1 / r['auto_over_mpi']:.2f}", f"{r['auto_bus_mbit']:.0f}",
                      f"{r['auto_bus_of_link']:.2f}" if r["auto_bus_of_link"] is not None else "-",
-                     f"{r['auto_bus_of_tcp']:.2f}"])
+                     f"{r['auto_bus_of_tcp']:.2f}", f"{r['auto_cpu']:.2f}", f"{r['mpi_cpu']:.2f}"])
     return format_table(header, body)
 
 

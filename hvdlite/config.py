@@ -14,6 +14,7 @@ MiB = 1024 * 1024
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
 ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct", "hierarchical")  # index = enum hvdlite_allreduce_algorithm
 OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
+CROSS_HOST_TRANSPORTS = ("tcp", "mpi")  # index = enum hvdlite_cross_host_transport
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off", "")
@@ -171,6 +172,14 @@ SETTINGS = (
             "Small all-reduces that repeat round after round travel inside the negotiation round, when all that "
             "is predicted for a round fits in this many bytes (across hosts at most 16 KiB, measured); 0 disables "
             "(docs/architecture.md)", default_text="65536 (64 KiB)"),
+    Setting("cross_host_transport", "HVDLITE_CROSS_HOST_TRANSPORT", None, "tcp", "choice",
+            _choice_parser(CROSS_HOST_TRANSPORTS),
+            "What the ring across hosts runs on: tcp, hvdlite's own connections between the hosts, whose waits "
+            "block instead of keeping a core busy while the link is the limit (MPI's where they cannot be opened, "
+            "with a warning); or mpi, MPI's point-to-point", choices=CROSS_HOST_TRANSPORTS),
+    Setting("network_interfaces", "HVDLITE_NETWORK_INTERFACES", None, "", "names", _parse_text,
+            "Network interfaces (comma-separated) the TCP ring across hosts may use; hvdliterun's "
+            "--network-interface sets it; empty: any", default_text="(any)"),
     Setting("overlap", "HVDLITE_OVERLAP", None, "auto", "choice", _choice_parser(OVERLAP_MODES),
             "Run async collectives while ranks still compute (on), or hold them until every rank waits on one "
             "(off; at most 100 ms); auto: on where a node has more cores than ranks (docs/architecture.md)",
@@ -235,11 +244,14 @@ def to_native(ffi, settings=None):
     config.autotune = int(settings["autotune"])
     config.autotune_warmup_samples = settings["autotune_warmup_samples"]
     config.autotune_steps_per_sample = settings["autotune_steps_per_sample"]
+    config.cross_host_transport = CROSS_HOST_TRANSPORTS.index(settings["cross_host_transport"])
     timeline_path = ffi.new("char[]", os.fsencode(settings["timeline_path"]))
     autotune_log = ffi.new("char[]", os.fsencode(settings["autotune_log"]))
+    network_interfaces = ffi.new("char[]", settings["network_interfaces"].encode())
     config.timeline_path = timeline_path
     config.autotune_log = autotune_log
-    return config, (timeline_path, autotune_log)
+    config.network_interfaces = network_interfaces
+    return config, (timeline_path, autotune_log, network_interfaces)
 
 
 def _default_text(setting):

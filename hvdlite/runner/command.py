@@ -59,12 +59,12 @@ def ssh_variables(flavour, ssh_args):
 
 def interface_variables(interfaces):
     """Variables that keep the ranks' traffic to the network interfaces named: MPICH's over libfabric's TCP
-    providers (which take one), over UCX, and NCCL's between hosts."""
+    providers (which take one), over UCX, NCCL's between hosts and hvdlite's own ring across hosts."""
     if not interfaces:
         return {}
     names = ",".join(interfaces)
     return {"FI_TCP_IFACE": interfaces[0], "FI_SOCKETS_IFACE": interfaces[0], "UCX_NET_DEVICES": names,
-            "NCCL_SOCKET_IFNAME": names}
+            "NCCL_SOCKET_IFNAME": names, "HVDLITE_NETWORK_INTERFACES": names}
 
 
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),

@@ -68,6 +68,13 @@ enum hvdlite_allreduce_algorithm {
   HVDLITE_ALGORITHM_HIERARCHICAL = 4
 };
 
+/* What the ring across hosts runs on: TCP, the core's own connections between the hosts (its waits block in the
+ * kernel instead of keeping a core busy; MPI where they cannot be opened), or MPI's point-to-point. */
+enum hvdlite_cross_host_transport {
+  HVDLITE_CROSS_HOST_TCP = 0,
+  HVDLITE_CROSS_HOST_MPI = 1
+};
+
 /* Settings resolved by the Python configuration table (hvdlite/config.py) and handed over at init. */
 typedef struct {
   int64_t fusion_threshold_bytes;   /* 0 disables fusion */
@@ -90,6 +97,8 @@ typedef struct {
   int32_t overlap;                  /* enum hvdlite_overlap */
   int32_t autotune_warmup_samples;  /* autotune: first samples scored but not used */
   int32_t autotune_steps_per_sample; /* autotune: negotiation rounds that carried work, per sample */
+  int32_t cross_host_transport;     /* enum hvdlite_cross_host_transport */
+  const char *network_interfaces;   /* interfaces the TCP ring across hosts may use, comma-separated; NULL or "" any */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

@@ -18,6 +18,8 @@ namespace {
 
 const char kShutDownMessage[] =
     "hvdlite has been shut down: a rank called shutdown() or exited, so this request cannot complete";
+// How long the ranks across hosts try to open the TCP ring's connections before they use MPI's instead.
+constexpr double kConnectSeconds = 20;
 
 }  // namespace
 
@@ -311,6 +313,17 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     // Across hosts a payload over 16 KiB rides slower than it goes the normal way (eager_allreduce.h).
     settings_.negotiation.eager_max_bytes = std::min(settings_.negotiation.eager_max_bytes, kCrossHostEagerMaxBytes);
   }
+  if (hosts.hosts > 1 && hosts.same_ranks_per_host && t.cross_size > 1 &&
+      settings.cross_host_transport == HVDLITE_CROSS_HOST_TCP) {
+    const std::string why_not = cross_sockets_.Connect(hosts.cross, settings.network_interfaces, kConnectSeconds);
+    if (why_not.empty()) {
+      hosts.cross_sockets = &cross_sockets_;
+      if (t.cross_rank == 0) Log(LogLevel::kDebug, "the ring across hosts runs over its own TCP connections");
+    } else if (t.cross_rank == 0) {
+      Log(LogLevel::kWarning, "the ring across hosts runs over MPI: its TCP connections could not be opened (" +
+                                  why_not + ")");
+    }
+  }
   quiet_.Start(world_);
   // Overlapping async collectives with computation needs a core for the background thread: MPI busy-polls
   // while it waits, and a fused ring stalls when the two ends' threads are not running together.
@@ -536,6 +549,7 @@ void Core::TearDown() {
   }
   sets_.Clear();
   executor_.reset();
+  cross_sockets_.Close("hvdlite shut down");
   autotuner_.reset();  // closes the autotune log
   MPI_Comm_free(&local_);
   MPI_Comm_free(&cross_);

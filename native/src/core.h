@@ -23,6 +23,7 @@
 #include "request_registry.h"
 #include "round_clock.h"
 #include "timeline_control.h"
+#include "transport/ring_sockets.h"
 
 namespace hvdlite {
 
@@ -42,6 +43,8 @@ struct Settings {
   int32_t autotune_warmup_samples = 2;
   int32_t autotune_steps_per_sample = 20;
   int32_t overlap = HVDLITE_OVERLAP_AUTO;
+  int32_t cross_host_transport = HVDLITE_CROSS_HOST_TCP;
+  std::string network_interfaces;  // for the TCP ring across hosts; empty: any
 };
 
 // One request handed to Enqueue: a prepared one (its token, and this submission's buffers) or one by value.
@@ -158,6 +161,7 @@ class Core {
   // view excepted: under mutex_).
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
+  RingSockets cross_sockets_;  // the ring across hosts among cross_'s ranks, where TCP is the transport
   ProcessSetTable sets_;
   RoundClock clock_;
   QuietWake quiet_;  // rounds stop while no rank has work (quiet_wake.h)

@@ -5,7 +5,8 @@
 namespace hvdlite {
 
 void HierarchicalAllreduce::SetTopology(const CommContext &local, const CommContext &cross, bool direct_within_host,
-                                        int64_t cross_ring_min_bytes) {
+                                        int64_t cross_ring_min_bytes, PiecewiseAllreduce *tcp_ring) {
+  tcp_ring_ = tcp_ring;
   local_ = local;
   cross_ = cross;
   direct_within_host_ = direct_within_host;
@@ -16,7 +17,7 @@ std::string HierarchicalAllreduce::RunPieces(const CommContext & /*ctx*/, const 
                                              int64_t count, DataType dtype, ReduceOp op) {
   // One rank per host: the ring across hosts alone, reading the inputs where they are (the local halves would
   // first copy every input to its output).
-  if (local_.size == 1) return cross_ring_.RunPieces(cross_, pieces, count, dtype, op);
+  if (local_.size == 1) return CrossRing(pieces, count, dtype, op);
   if (!direct_within_host_) return local_ring_.RunPieces(local_, pieces, count, dtype, op, this);
   std::string error = local_direct_.RunPieces(local_, pieces, count, dtype, op, this);
   // The direct algorithm agrees on failures within the host; the ranks with this local rank on other hosts
@@ -46,7 +47,7 @@ std::string HierarchicalAllreduce::RunOnShare(const BufferLayout &layout, int64_
     uint8_t *at = layout.Address(i, /*input=*/false) + skip;
     share_.push_back(BufferPiece{at, at, take});
   });
-  return cross_ring_.RunPieces(cross_, share_, bytes / element, dtype, op);
+  return CrossRing(share_, bytes / element, dtype, op);
 }
 
 }  // namespace hvdlite

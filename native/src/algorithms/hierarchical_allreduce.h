@@ -28,19 +28,25 @@ class HierarchicalAllreduce : public PiecewiseAllreduce, private ShareStep {
   const char *name() const override { return "hierarchical"; }
   const char *timeline_phase() const override { return "HIERARCHICAL_ALLREDUCE"; }
   // local: this host's ranks; cross: the ranks with this rank's local rank, one per host. Shares of at least
-  // cross_ring_min_bytes cross hosts by the ring, smaller ones by MPI_Allreduce.
+  // cross_ring_min_bytes cross hosts by the ring (over tcp_ring's connections where given, else MPI's), smaller
+  // ones by MPI_Allreduce.
   void SetTopology(const CommContext &local, const CommContext &cross, bool direct_within_host,
-                   int64_t cross_ring_min_bytes);
+                   int64_t cross_ring_min_bytes, PiecewiseAllreduce *tcp_ring);
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
                         DataType dtype, ReduceOp op) override;
 
  private:
+  std::string CrossRing(const std::vector<BufferPiece> &pieces, int64_t count, DataType dtype, ReduceOp op) {
+    return tcp_ring_ ? tcp_ring_->RunPieces(cross_, pieces, count, dtype, op)
+                     : cross_ring_.RunPieces(cross_, pieces, count, dtype, op);
+  }
   std::string RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes, DataType dtype,
                          ReduceOp op) override;
 
   DirectAllreduce &local_direct_;
   RingAllreduce &local_ring_;
   RingAllreduce cross_ring_;
+  PiecewiseAllreduce *tcp_ring_ = nullptr;  // the ring across hosts on its own connections, when they are up
   CommContext local_{MPI_COMM_NULL, 0, 1}, cross_{MPI_COMM_NULL, 0, 1};
   bool direct_within_host_ = false;
   int64_t cross_ring_min_bytes_ = 0;

@@ -2,6 +2,7 @@
 // where its tensors are by the algorithms that can (ring, direct, hierarchical), else copied into the persistent
 // fusion buffer (prescale), reduced there and copied out (postscale, average); Adasum always through the buffer.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "algorithms/adasum_allreduce.h"
@@ -9,6 +10,7 @@
 #include "algorithms/hierarchical_allreduce.h"
 #include "algorithms/mpi_allreduce.h"
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/tcp_ring_allreduce.h"
 #include "collectives/batch_executor.h"
 #include "timeline.h"
 
@@ -34,6 +36,7 @@ struct HostLayout {
   CommContext local{MPI_COMM_NULL, 0, 1};  // this host's ranks
   CommContext cross{MPI_COMM_NULL, 0, 1};  // one rank per host: those with this rank's local rank
   bool direct_within_host = false;  // this host's ranks (on every host) can read each other's memory
+  RingSockets *cross_sockets = nullptr;  // the cross ranks' TCP ring, connected; null: the ring across hosts is MPI's
 };
 
 class AllreduceExecutor : public BatchExecutor {
@@ -51,7 +54,8 @@ class AllreduceExecutor : public BatchExecutor {
   RingAllreduce ring_;
   MpiAllreduce mpi_;
   DirectAllreduce direct_;
-  HierarchicalAllreduce hierarchical_;  // uses direct_ and ring_ within each host
+  std::unique_ptr<TcpRingAllreduce> tcp_ring_;  // over layout_.cross_sockets, where connected
+  HierarchicalAllreduce hierarchical_;  // uses direct_ and ring_ within each host, tcp_ring_ across hosts
   AdasumAllreduce adasum_;
   std::vector<int64_t> tensor_counts_;  // an Adasum batch's tensor sizes, reused
   std::vector<uint8_t> fusion_buffer_;  // grows to the largest batch, then reused
