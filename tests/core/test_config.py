@@ -97,7 +97,8 @@ def test_to_native_fills_the_c_struct():
                                "HVDLITE_AUTO_RING_MIN_BYTES": "1", "HVDLITE_LOG_LEVEL": "info",
                                "HVDLITE_TIMELINE": "/tmp/timeline.json", "HVDLITE_TIMELINE_MARK_CYCLES": "1",
                                "HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": "/tmp/tune.csv",
-                               "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0", "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE": "3"})
+                               "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0", "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE": "3",
+                               "HVDLITE_CROSS_HOST_TRANSPORT": "mpi", "HVDLITE_NETWORK_INTERFACES": "eth1,ib0"})
     native, keepalive = config.to_native(ffi, settings)
     assert native.fusion_threshold_bytes == 4096
     assert native.cycle_time_ms == 0.5
@@ -114,7 +115,9 @@ def test_to_native_fills_the_c_struct():
     assert ffi.string(native.autotune_log) == b"/tmp/tune.csv"
     assert native.autotune_warmup_samples == 0
     assert native.autotune_steps_per_sample == 3
-    assert len(keepalive) == 2
+    assert native.cross_host_transport == 1  # HVDLITE_CROSS_HOST_MPI
+    assert ffi.string(native.network_interfaces) == b"eth1,ib0"
+    assert len(keepalive) == 3
 
 
 def test_disabled_stall_check_reaches_the_core_as_zero_seconds():

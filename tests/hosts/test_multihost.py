@@ -5,7 +5,8 @@ Ranks land where -H or --hostfile puts them (blocks or round-robin) and know the
 unreachable host is reported within seconds, naming it, instead of a hang; --verbose shows each host's ranks; a
 rank killed, or every process of a host, ends the job on every host within 30 s and leaves nothing behind, and so
 does a host cut off from the network (its processes alive, its connections silent: the progress timeout), while a
-rank that computes for longer than that timeout is no failure. Reports sent to the launcher's port from another
+rank that computes for longer than that timeout is no failure. A rank killed in the middle of an all-reduce that
+crosses hosts by hvdlite's own TCP ring ends the job as fast. Reports sent to the launcher's port from another
 host without the job's secret neither end nor alter the job.
 
 The multi-rank tests themselves also run across these hosts: pytest --hosts 2x2 (harness/multirank.py).
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.simulated_hosts
 ENDS_WITHIN_S = 30
 
 JOB = """
-import os, signal, socket, sys, time
+import os, signal, socket, sys, threading, time
 import numpy as np
 import hvdlite as hvd
 
@@ -52,8 +53,13 @@ if mode == "pause":  # rank 0 computes for longer than the progress timeout whil
 elif mode:
     print(f"LOOPING {rank}", flush=True)
     step = 0
-    while True:  # until a rank dies (mode "die": the last rank, after 20 steps) or the test kills a host
-        hvd.allreduce(np.full(4096, 1.0, dtype=np.float32), name="step", op=hvd.Sum)
+    # 16 KiB a step goes by MPI; 8 MiB (mode "die-in-ring") by the ring across hosts over its TCP connections.
+    elements = 1 << 21 if mode == "die-in-ring" else 4096
+    while True:  # until a rank dies (the last rank, after 20 steps) or the test kills a host
+        if mode == "die-in-ring" and rank == size - 1 and step == 20:
+            # Killed a moment into the all-reduce: the other hosts' ring waits on its connections.
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        hvd.allreduce(np.full(elements, 1.0, dtype=np.float32), name="step", op=hvd.Sum)
         step += 1
         if mode == "die" and rank == size - 1 and step == 20:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -179,9 +185,9 @@ def wait_for_the_end(hosts, process, lines, started):
     return took, output
 
 
-@pytest.mark.parametrize("network", sorted(NETWORK_LAYERS))
-def test_a_killed_rank_ends_the_job_on_every_host(hosts, job_script, tmp_path, network):
-    process, lines = start_looping_job(hosts, job_script, tmp_path, network, "die")
+@pytest.mark.parametrize("network,mode", [(network, "die") for network in sorted(NETWORK_LAYERS)] + [("ofi", "die-in-ring")])
+def test_a_killed_rank_ends_the_job_on_every_host(hosts, job_script, tmp_path, network, mode):
+    process, lines = start_looping_job(hosts, job_script, tmp_path, network, mode)
     took, output = wait_for_the_end(hosts, process, lines, time.monotonic())
     assert took < ENDS_WITHIN_S
 

@@ -57,13 +57,15 @@ def test_network_interfaces_and_further_mpiexec_options_are_spelled_for_hydra_an
     hydra = build_command(HYDRA, "mpiexec", 2, ["prog"], hosts=args.hosts, interfaces=args.interfaces,
                           mpi_args=args.mpi_args)
     assert hydra[:5] == ["mpiexec", "-n", "2", "-iface", "eth1"] and hydra[-4:] == ["-genv", "X", "one two", "prog"]
-    for name, value in (("FI_TCP_IFACE", "eth1"), ("UCX_NET_DEVICES", "eth1,ib0"), ("NCCL_SOCKET_IFNAME", "eth1,ib0")):
+    for name, value in (("FI_TCP_IFACE", "eth1"), ("UCX_NET_DEVICES", "eth1,ib0"), ("NCCL_SOCKET_IFNAME", "eth1,ib0"),
+                        ("HVDLITE_NETWORK_INTERFACES", "eth1,ib0")):
         assert hydra[hydra.index(name) - 1:hydra.index(name) + 2] == ["-genv", name, value], hydra
     openmpi = build_command(OPENMPI, "mpirun", 2, ["prog"], hosts=args.hosts, interfaces=args.interfaces,
                             mpi_args=["--mca", "btl", "self,tcp"])
     assert openmpi[5:11] == ["--mca", "btl_tcp_if_include", "eth1,ib0", "--prtemca", "prte_if_include",
                              "eth1,ib0"], openmpi
-    assert "NCCL_SOCKET_IFNAME=eth1,ib0" in openmpi and openmpi[-4:] == ["--mca", "btl", "self,tcp", "prog"]
+    assert "NCCL_SOCKET_IFNAME=eth1,ib0" in openmpi and "HVDLITE_NETWORK_INTERFACES=eth1,ib0" in openmpi
+    assert openmpi[-4:] == ["--mca", "btl", "self,tcp", "prog"]
     with pytest.raises(SystemExit):
         parse_args(["-np", "2", "--mpi-args", "-genv 'unclosed", "prog"])
 
