@@ -56,6 +56,16 @@ def available():
     return ""
 
 
+def hosts_for_tests(count, what, **options):
+    """SimulatedHosts(count) for a module's tests: where they cannot be made the test fails saying why (what: what
+    needs them), never skips."""
+    problem = available()
+    if problem:
+        import pytest
+        pytest.fail(f"{what} need simulated hosts: {problem}")
+    return SimulatedHosts(count, **options)
+
+
 def _owner_alive(namespace):
     pid = namespace[len(PREFIX):].split("-", 1)[0]
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")

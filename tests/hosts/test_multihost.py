@@ -22,7 +22,7 @@ import pytest
 
 from harness.forged_reports import FORGED, WAITING_JOB, launcher_port
 from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available, expected_topology
+from harness.simulated_hosts import NETWORK_LAYERS, expected_topology, hosts_for_tests
 
 pytestmark = pytest.mark.simulated_hosts
 
@@ -69,10 +69,7 @@ hvd.shutdown()
 
 @pytest.fixture(scope="module")
 def hosts():
-    problem = available()
-    if problem:
-        pytest.fail(f"the multi-host tests need simulated hosts: {problem}")
-    with SimulatedHosts(2) as made:
+    with hosts_for_tests(2, "the multi-host tests") as made:
         yield made
 
 

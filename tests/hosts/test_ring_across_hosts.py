@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
+from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 
 pytestmark = pytest.mark.simulated_hosts
 
@@ -42,10 +42,7 @@ TCP_IN_USE = "the ring across hosts runs over its own TCP connections"
 
 @pytest.fixture(scope="module")
 def hosts():
-    problem = available()
-    if problem:
-        pytest.fail(f"the ring across hosts needs simulated hosts: {problem}")
-    with SimulatedHosts(3) as made:
+    with hosts_for_tests(3, "the ring across hosts' tests") as made:
         yield made
 
 
