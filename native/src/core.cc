@@ -313,7 +313,11 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     // Across hosts a payload over 16 KiB rides slower than it goes the normal way (eager_allreduce.h).
     settings_.negotiation.eager_max_bytes = std::min(settings_.negotiation.eager_max_bytes, kCrossHostEagerMaxBytes);
   }
-  if (hosts.hosts > 1 && hosts.same_ranks_per_host && t.cross_size > 1 &&
+  // Only the hierarchical all-reduce (auto's choice across hosts, or forced) crosses hosts by this ring: with ring or
+  // mpi forced, no connection is opened that nothing would use.
+  const bool hierarchical_possible = algorithms.algorithm == HVDLITE_ALGORITHM_AUTO ||
+                                     algorithms.algorithm == HVDLITE_ALGORITHM_HIERARCHICAL;
+  if (hosts.hosts > 1 && hosts.same_ranks_per_host && t.cross_size > 1 && hierarchical_possible &&
       settings.cross_host_transport == HVDLITE_CROSS_HOST_TCP) {
     const std::string why_not = cross_sockets_.Connect(hosts.cross, settings.network_interfaces, kConnectSeconds);
     if (why_not.empty()) {
