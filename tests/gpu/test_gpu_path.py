@@ -37,11 +37,14 @@ def build_doubles():
     if all(os.path.exists(p) and os.path.getmtime(p) >= newest for p in (CUDA_DOUBLE, NCCL_DOUBLE)):
         return
     os.makedirs(DOUBLES, exist_ok=True)
+    # The compilers run without a sanitizer's runtime that the outer pytest may have preloaded (gcc crashed under
+    # ThreadSanitizer's).
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcuda.so.1", "-o",
-                    CUDA_DOUBLE, sources[0], "-lpthread"], check=True)
+                    CUDA_DOUBLE, sources[0], "-lpthread"], check=True, env=env)
     subprocess.run([venv_tool("mpicc"), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
                     "-Wl,-soname,libnccl.so.2", "-o", NCCL_DOUBLE, sources[1], "-L", DOUBLES, "-l:libcuda.so.1",
-                    "-lm"], check=True)
+                    "-lm"], check=True, env=env)
 
 
 if job_size() is None:
