@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../types.h"
@@ -23,14 +24,19 @@ class BufferLayout {
   // Reuses its tables: no allocation once it has seen the largest batch.
   void Reset(const std::vector<BufferPiece> &pieces);
 
-  // f(run index, offset in the run, bytes) for each run's part of [begin, begin + bytes), in order.
+  // f(run index, offset in the run, bytes) for each run's part of [begin, begin + bytes), in order. An f that
+  // returns bool stops the walk by returning false.
   template <typename F>
   void ForEachRun(int64_t begin, int64_t bytes, F f) const {
     for (size_t i = PieceAt(begin); bytes > 0; ++i) {
       const int64_t skip = begin - begin_[i];
       const int64_t take = std::min(bytes, runs_[i].bytes - skip);
       if (take <= 0) continue;  // an empty piece
-      f(i, skip, take);
+      if constexpr (std::is_same_v<decltype(f(i, skip, take)), bool>) {
+        if (!f(i, skip, take)) return;
+      } else {
+        f(i, skip, take);
+      }
       begin += take;
       bytes -= take;
     }

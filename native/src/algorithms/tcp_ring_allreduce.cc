@@ -14,7 +14,7 @@ namespace hvdlite {
 namespace {
 
 constexpr int kMaxVectors = 64;               // runs per system call
-constexpr int64_t kMaxBytesPerCall = 8 << 20;  // keeps each call's walk over the layout short
+constexpr int64_t kMaxBytesPerCall = 8 << 20;  // bytes per system call
 constexpr int64_t kReduceGrain = 256 << 10;    // reduce received bytes in pieces of at least this much
 
 }  // namespace
@@ -27,7 +27,8 @@ TcpRingAllreduce::TcpRingAllreduce(RingSockets &sockets, int64_t window_bytes)
 int TcpRingAllreduce::Vector(int64_t begin, int64_t bytes, bool input) {
   vector_.clear();
   layout_.ForEachRun(begin, std::min(bytes, kMaxBytesPerCall), [&](size_t i, int64_t skip, int64_t take) {
-    if (vector_.size() < kMaxVectors) vector_.push_back(iovec{layout_.Address(i, input) + skip, static_cast<size_t>(take)});
+    vector_.push_back(iovec{layout_.Address(i, input) + skip, static_cast<size_t>(take)});
+    return vector_.size() < kMaxVectors;  // the rest goes in the next call
   });
   return static_cast<int>(vector_.size());
 }
