@@ -149,9 +149,11 @@ bench: native
 
 setup: $(STAMPS)/hvdlite
 
-# Incremental: the editable install rebuilds what changed when a process first imports the native parts.
+# Incremental: the editable install rebuilds what changed when a process first imports the native parts, and the
+# torch.distributed backend is compiled against the installed PyTorch (else the first process group does it).
 native: $(STAMPS)/hvdlite
 	$(PYTHON) -c "import hvdlite._tensor_calls"
+	$(PYTHON) -c "import hvdlite.torch.distributed.extension as backend; backend.load()"
 
 $(PYTHON):
 	python3 -m venv $(VENV)

@@ -120,6 +120,7 @@ def test_horovod_runner_on_spark_and_on_the_driver_alone(spark, job_token):
         hvdlite.spark.HorovodRunner(np=0)
 
 
+@pytest.mark.long  # a training killed and resumed; run_elastic's restarts and limits: the tests below
 def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_uninterrupted_run(spark, job_token,
                                                                                              capfd):
     before = commit_folders_here()

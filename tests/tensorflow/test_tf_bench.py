@@ -8,6 +8,7 @@ import pytest
 from harness.processes import ROOT, run
 
 
+@pytest.mark.long  # the whole benchmark, run short
 @pytest.mark.timeout(300)
 def test_tf_synthetic_compares_hvdlite_with_multi_worker_mirrored_strategy(tmp_path):
     result_file = tmp_path / "bench.json"

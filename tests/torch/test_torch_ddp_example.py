@@ -39,6 +39,7 @@ def train(nranks, *extra, program=EXAMPLE, launcher=()):
     return float(final.group(3)), output
 
 
+@pytest.mark.long  # three whole trainings; DDP on hvdlite against gloo, step by step: test_torch_distributed_training
 def test_two_ranks_reach_the_single_rank_accuracy_and_match_gloo():
     one, _ = train(1)
     two, _ = train(2)
