@@ -25,8 +25,9 @@ QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
+# The venv, the core and the torch.distributed backend are built first, so that make test's time is the tests'.
 check:
-	@$(TIMED) "make check" $(MAKE) --no-print-directory test test-variants test-across-hosts test-openmpi \
+	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-openmpi \
 		sanitize-address sanitize-thread test-image-cpu
 
 test-quick: native
