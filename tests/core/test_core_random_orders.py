@@ -8,6 +8,8 @@ ranks that did, naming the missing ranks, while everything else of that step com
 
 At 2, 3 and 4 ranks, and across simulated hosts (make test-across-hosts: 2x2 and 2x1).
 """
+from collections import namedtuple
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -17,6 +19,8 @@ from harness.reference import check_close, np_dtype, rank_input, reduce_referenc
 from harness.seeds import seed_of
 
 STEPS = 10
+# One collective of the catalogue: op is an all-reduce's (None for the others); optional ones run in some steps only.
+Item = namedtuple("Item", "name kind dtype shape op optional")
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max}
 pytestmark = [pytest.mark.ranks(3, 2, 4), pytest.mark.across_hosts,
               # A cached request older than half the stall check goes the slow way (so the coordinator can name the
@@ -25,7 +29,7 @@ pytestmark = [pytest.mark.ranks(3, 2, 4), pytest.mark.across_hosts,
 
 
 def catalogue():
-    """The collectives a step may run, the same on every rank: (name, kind, dtype, shape, op or root, optional)."""
+    """The collectives a step may run (Items), the same on every rank."""
     rng = np.random.default_rng(seed_of("random orders catalogue"))
     items = []
     for i in range(36):
@@ -34,8 +38,8 @@ def catalogue():
         # Log-uniform from 1 element to about a megabyte: eager, fused and ring sizes in one step.
         count = int(np.exp(rng.uniform(0, np.log(250_000))))
         shape = (count,) if kind != "allgather" else (1 + count // 64, min(count, 64))
-        detail = str(rng.choice(list(OPS))) if kind == "allreduce" else None
-        items.append((f"t{i}.{kind}", kind, dtype, shape, detail, bool(rng.random() < 0.25)))
+        op = str(rng.choice(list(OPS))) if kind == "allreduce" else None
+        items.append(Item(f"t{i}.{kind}", kind, dtype, shape, op, bool(rng.random() < 0.25)))
     return items
 
 
@@ -43,43 +47,41 @@ def step_plan(items, step, size):
     """What every rank agrees a step runs: the tensors (optional ones in some steps), broadcast roots, and the
     phases the step is cut into (ranks wait for some of a phase's results before the next phase)."""
     rng = np.random.default_rng(seed_of("random orders step", step))
-    chosen = [item for item in items if not item[5] or rng.random() < 0.5]
-    roots = {item[0]: int(rng.integers(size)) for item in chosen if item[1] == "broadcast"}
+    chosen = [item for item in items if not item.optional or rng.random() < 0.5]
+    roots = {item.name: int(rng.integers(size)) for item in chosen if item.kind == "broadcast"}
     cuts = sorted(rng.choice(np.arange(1, len(chosen)), size=2, replace=False))
     return chosen, roots, np.split(np.arange(len(chosen)), cuts)
 
 
 def contribution(item, rank, step):
-    name, kind, dtype, shape, detail, _ = item
-    if kind == "allgather":  # ranks give different row counts
+    shape = item.shape
+    if item.kind == "allgather":  # ranks give different row counts
         shape = (shape[0] + rank % 3,) + shape[1:]
-    return rank_input(dtype, shape, rank, detail or "sum", seed=(name, step))
+    return rank_input(item.dtype, shape, rank, item.op or "sum", seed=(item.name, step))
 
 
 def expected(item, roots, size, step):
-    name, kind, dtype, _, detail, _ = item
-    if kind == "allreduce":
-        return reduce_reference([contribution(item, r, step) for r in range(size)], detail)
-    if kind == "allgather":
+    if item.kind == "allreduce":
+        return reduce_reference([contribution(item, r, step) for r in range(size)], item.op)
+    if item.kind == "allgather":
         return np.concatenate([contribution(item, r, step).astype(np.float64) for r in range(size)])
-    return contribution(item, roots[name], step).astype(np.float64)
+    return contribution(item, roots[item.name], step).astype(np.float64)
 
 
 def submit(item, roots, rank, step):
-    name, kind, _, _, detail, _ = item
     tensor = contribution(item, rank, step)
-    if kind == "allreduce":
-        return hvd.allreduce_async(tensor, name=name, op=OPS[detail])
-    if kind == "allgather":
-        return hvd.allgather_async(tensor, name=name)
-    return hvd.broadcast_async(tensor, roots[name], name=name)
+    if item.kind == "allreduce":
+        return hvd.allreduce_async(tensor, name=item.name, op=OPS[item.op])
+    if item.kind == "allgather":
+        return hvd.allgather_async(tensor, name=item.name)
+    return hvd.broadcast_async(tensor, roots[item.name], name=item.name)
 
 
 def check(item, got, roots, size, step):
-    name, _, dtype, _, _, _ = item
     want = expected(item, roots, size, step)
-    assert got.shape == want.shape and got.dtype == np_dtype(dtype), (name, step, got.shape, want.shape, got.dtype)
-    check_close(name, np.asarray(got), want, dtype, f"step {step}, rank {hvd.rank()}:")
+    assert got.shape == want.shape and got.dtype == np_dtype(item.dtype), (item.name, step, got.shape, want.shape,
+                                                                            got.dtype)
+    check_close(item.name, np.asarray(got), want, item.dtype, f"step {step}, rank {hvd.rank()}:")
 
 
 def run_step(items, step, skip=(), hold=()):
@@ -92,11 +94,11 @@ def run_step(items, step, skip=(), hold=()):
     for phase in phases:
         for index in mine.permutation(phase):
             item = chosen[index]
-            if item[0] not in skip:
-                pending[item[0]] = (item, submit(item, roots, rank, step))
+            if item.name not in skip:
+                pending[item.name] = (item, submit(item, roots, rank, step))
         # Some of the phase's results before the next phase's submissions: rounds where the other ranks are
         # still behind, or already ahead.
-        waited = [chosen[i][0] for i in phase if chosen[i][0] in pending and mine.random() < 0.3]
+        waited = [chosen[i].name for i in phase if chosen[i].name in pending and mine.random() < 0.3]
         for name in (n for n in waited if n not in hold):
             item, handle = pending.pop(name)
             check(item, hvd.synchronize(handle), roots, size, step)
@@ -126,7 +128,7 @@ def test_a_tensor_some_ranks_skip_fails_where_submitted_and_the_rest_completes()
     # Step 3: a tensor of every step that some ranks (not all) skip, each rank still in its own order.
     chosen, _, _ = step_plan(items, 3, size)
     rng = np.random.default_rng(seed_of("random orders skip"))
-    skipped = str(rng.choice([item[0] for item in chosen if item[1] == "allreduce" and not item[5]]))
+    skipped = str(rng.choice([item.name for item in chosen if item.kind == "allreduce" and not item.optional]))
     skippers = sorted(int(r) for r in rng.choice(size, size=max(1, size // 2), replace=False))
     skipping = rank in skippers
     left = run_step(items, 3, skip={skipped} if skipping else (), hold=() if skipping else {skipped})
