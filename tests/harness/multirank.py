@@ -61,6 +61,8 @@ def pytest_addoption(parser):
                     help="with --hosts: consecutive ranks on one host (blocks) or on the next host (round-robin)")
     group.addoption("--network", choices=sorted(simulated_hosts.NETWORK_LAYERS), default="ofi",
                     help="with --hosts: MPICH's network layer between hosts")
+    group.addoption("--max-extra-ranks", metavar="N", type=int,
+                    help="leave out the variant rank counts (extra_ranks) above N; a test's own count still runs")
 
 
 class AcrossHosts:
@@ -161,6 +163,12 @@ def pytest_collection_modifyitems(session, config, items):
         # Inside a job: only the multi-rank tests of this size.
         keep_only_ranks(config, items, size)
         return
+    most = config.getoption("max_extra_ranks")
+    if most is not None:
+        dropped = [item for item in items if item.get_closest_marker("extra_ranks") and rank_count(item) > most]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in dropped]
     across = config.hvd_across_hosts
     if across:
         # Across hosts: the multi-rank tests of the hosts' rank count, and nothing else.
