@@ -17,12 +17,12 @@ def same_bytes_everywhere(arrays, what):
 
 
 def reduce_group_and_check(label, dtype, op_name, sizes, what, in_place_every=2):
-    """All-reduces len(sizes) tensors submitted as one group (one fused batch), every in_place_every-th in place,
-    and checks each against the float64 reference on every rank, inputs untouched, bytes equal everywhere.
-    Returns the outputs."""
+    """All-reduces len(sizes) tensors submitted as one group (one fused batch), every in_place_every-th in place
+    (none with None), and checks each against the float64 reference on every rank, inputs untouched, bytes equal
+    everywhere. Returns the outputs."""
     rank, size = hvd.rank(), hvd.size()
     inputs = [rank_input(dtype, (n,), rank, op_name, (label, i)) for i, n in enumerate(sizes)]
-    outputs = [x if i % in_place_every == 0 else np.full_like(x, 99) for i, x in enumerate(inputs)]
+    outputs = [x if in_place_every and i % in_place_every == 0 else np.full_like(x, 99) for i, x in enumerate(inputs)]
     originals = [x.copy() for x in inputs]
     # Prepared without buffers, given them at submission (as hvd.grouped_allreduce_async does).
     group = PreparedGroup([Request(Collective.ALLREDUCE, f"{label}.{i}", dtype, x.shape, 0, 0, op=OPS[op_name])

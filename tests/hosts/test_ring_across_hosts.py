@@ -4,7 +4,8 @@
 Fused batches of every kind of dtype and op, some tens of MiB (so the reduce-scatter's bounded window fills many times
 and tensors are cut at chunk and window boundaries), on 3 hosts x 1 rank and 2 hosts x 2 ranks: on every rank equal to
 the float64 reference, and bitwise equal to the same job whose ring crosses hosts over MPI's point-to-point (the same
-chunks, the same reduction order). Connections that cannot be opened (no such interface) leave the ring on MPI with a
+chunks, the same reduction order), and then single tensors over 4 MiB, in place and not (within a host the share's
+owner writes them into its peers' outputs, as the ring across hosts finishes them). Connections that cannot be opened (no such interface) leave the ring on MPI with a
 warning naming why, and the job's results are the same.
 """
 import os
@@ -34,6 +35,12 @@ for dtype, op in (("float32", "sum"), ("float64", "sum"), ("float16", "sum"), ("
     sizes = [int(n) for n in rng.integers(1, 60_000, size=30)] + [1_000_003]
     for output in reduce_group_and_check(f"{{dtype}}.{{op}}", dtype, op, sizes, "the ring across hosts"):
         digest.update(output.tobytes())
+# Single tensors over 4 MiB: within a host each share's owner writes it into its peers' outputs.
+for dtype, op in (("float32", "sum"), ("float64", "max")):
+    for in_place in (1, None):
+        label = f"single.{{dtype}}.{{op}}.{{in_place}}"
+        for output in reduce_group_and_check(label, dtype, op, [1_500_007], "the ring across hosts", in_place):
+            digest.update(output.tobytes())
 print(f"DIGEST {{hvd.rank()}} {{digest.hexdigest()}}", flush=True)
 hvd.shutdown()
 """

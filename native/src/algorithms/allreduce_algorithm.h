@@ -44,17 +44,32 @@ class AllreduceAlgorithm {
   }
 };
 
-// Work on the share of a batch that one rank holds fully reduced, between the reduce-scatter and the all-gather
-// of an algorithm that has those halves (ring, direct): a hierarchical all-reduce reduces the share across
-// hosts there. The share is bytes [begin, begin + bytes) of the layout's outputs. It runs on every rank, also
-// after a local failure (its peers on other hosts wait for it); the caller reports the failure afterwards. Not
-// for one rank or an empty batch, which those algorithms only copy (one rank per host takes the ring across
-// hosts instead: HierarchicalAllreduce).
+// The halves within a host of a hierarchical all-reduce, over one rank's share of a batch, handed to the step
+// across hosts so that it can run them in its waits for the network: Prepare reduces bytes of the share within
+// the host (the reduce-scatter), Deliver hands bytes that are final to the host's other ranks (the all-gather).
+// Offsets are within the share; each byte is prepared once before the step reads it and delivered once after it
+// is final. Either returns false after a failure (error()); the step then goes on without them, for its peers on
+// other hosts.
+class ShareHalves {
+ public:
+  virtual ~ShareHalves() = default;
+  [[nodiscard]] virtual bool Prepare(int64_t begin, int64_t bytes) = 0;
+  [[nodiscard]] virtual bool Deliver(int64_t begin, int64_t bytes) = 0;
+  virtual const std::string &error() const = 0;
+};
+
+// Work on the share of a batch that one rank holds, between the reduce-scatter and the all-gather of an
+// algorithm that has those halves (ring, direct): a hierarchical all-reduce reduces the share across hosts
+// there. The share is bytes [begin, begin + bytes) of the layout's outputs. With halves, the share is not yet
+// reduced within the host: the step prepares each byte before it reads it and delivers it once final
+// (ShareHalves); without, it is. It runs on every rank, also after a local failure (its peers on other hosts
+// wait for it); the caller reports the failure afterwards. Not for one rank or an empty batch, which those
+// algorithms only copy (one rank per host takes the ring across hosts instead: HierarchicalAllreduce).
 class ShareStep {
  public:
   virtual ~ShareStep() = default;
   [[nodiscard]] virtual std::string RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes,
-                                               DataType dtype, ReduceOp op) = 0;
+                                               DataType dtype, ReduceOp op, ShareHalves *halves) = 0;
 };
 
 // An algorithm written over pieces: one buffer is the batch of one piece.

@@ -26,8 +26,9 @@ void Append(std::vector<iovec> &list, void *base, int64_t bytes) {
 
 }  // namespace
 
-void PeerReader::Begin(pid_t peer) {
+void PeerCopier::Begin(pid_t peer, Direction direction) {
   peer_ = peer;
+  direction_ = direction;
   local_.clear();
   remote_.clear();
   gathered_bytes_ = 0;
@@ -35,7 +36,7 @@ void PeerReader::Begin(pid_t peer) {
   error_number_ = 0;
 }
 
-void PeerReader::Add(void *local, uint64_t remote, int64_t bytes) {
+void PeerCopier::Add(void *local, uint64_t remote, int64_t bytes) {
   while (bytes > 0) {
     if (local_.size() == kMaxRuns || remote_.size() == kMaxRuns || gathered_bytes_ == kMaxCallBytes) Flush();
     const int64_t take = std::min(bytes, kMaxCallBytes - gathered_bytes_);
@@ -48,16 +49,20 @@ void PeerReader::Add(void *local, uint64_t remote, int64_t bytes) {
   }
 }
 
-void PeerReader::Flush() {
+void PeerCopier::Flush() {
   if (local_.empty()) return;
   if (error_.empty()) {
-    const ssize_t got = process_vm_readv(peer_, local_.data(), local_.size(), remote_.data(), remote_.size(), 0);
-    if (got < 0) {
+    const bool read = direction_ == Direction::kRead;
+    const ssize_t done = read ? process_vm_readv(peer_, local_.data(), local_.size(), remote_.data(), remote_.size(), 0)
+                              : process_vm_writev(peer_, local_.data(), local_.size(), remote_.data(), remote_.size(), 0);
+    auto call = [&] {
+      return std::string(read ? "process_vm_readv from" : "process_vm_writev to") + " pid " + std::to_string(peer_);
+    };
+    if (done < 0) {
       error_number_ = errno;
-      error_ = "process_vm_readv from pid " + std::to_string(peer_) + ": " + std::strerror(error_number_);
-    } else if (got != gathered_bytes_) {
-      error_ = "process_vm_readv from pid " + std::to_string(peer_) + " read " + std::to_string(got) + " of " +
-               std::to_string(gathered_bytes_) + " bytes";
+      error_ = call() + ": " + std::strerror(error_number_);
+    } else if (done != gathered_bytes_) {
+      error_ = call() + " copied " + std::to_string(done) + " of " + std::to_string(gathered_bytes_) + " bytes";
     }
   }
   local_.clear();
@@ -65,7 +70,7 @@ void PeerReader::Flush() {
   gathered_bytes_ = 0;
 }
 
-bool PeerReader::Finish() {
+bool PeerCopier::Finish() {
   Flush();
   return error_.empty();
 }
@@ -90,7 +95,7 @@ bool CrossMemoryWorks(MPI_Comm comm, std::string *why) {
   MPI_Allgather(&published, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, comm);
   std::string failure;  // this rank's, empty when it read everything right
   if (!shared) failure = staging.error();
-  PeerReader reader;
+  PeerCopier reader;
   for (int peer = 0; peer < size && failure.empty(); ++peer) {
     if (peer == rank) continue;
     const Record &theirs = all[static_cast<size_t>(peer)];

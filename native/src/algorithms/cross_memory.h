@@ -12,22 +12,24 @@
 
 namespace hvdlite {
 
-// Gathers (local, remote, bytes) runs to read from one peer and reads them in as few system calls as the
-// kernel's iovec limit allows.
-class PeerReader {
+// Gathers (local, remote, bytes) runs to copy from one peer (process_vm_readv) or to it (process_vm_writev) and
+// copies them in as few system calls as the kernel's iovec limit allows.
+class PeerCopier {
  public:
-  void Begin(pid_t peer);
-  // May read what was gathered so far (when the iovec lists are full).
+  enum class Direction { kRead, kWrite };
+  void Begin(pid_t peer, Direction direction = Direction::kRead);
+  // May copy what was gathered so far (when the iovec lists are full).
   void Add(void *local, uint64_t remote, int64_t bytes);
-  // Reads the rest; false when any read failed or came up short (error() says why).
+  // Copies the rest; false when any copy failed or came up short (error() says why).
   bool Finish();
   const std::string &error() const { return error_; }
-  int error_number() const { return error_number_; }  // errno of the failed call, 0 for a short read
+  int error_number() const { return error_number_; }  // errno of the failed call, 0 for a short copy
 
  private:
   void Flush();
 
   pid_t peer_ = 0;
+  Direction direction_ = Direction::kRead;
   std::vector<iovec> local_, remote_;  // reused: no allocation once warm
   int64_t gathered_bytes_ = 0;
   std::string error_;

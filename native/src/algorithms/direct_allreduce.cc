@@ -35,7 +35,8 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   auto share_begin = [&](int s) { return count * s / n * element; };
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
-  const bool staged = pieces.size() > 1 || count * element <= kStagedSingleMaxBytes;
+  staged_batch_ = pieces.size() > 1 || count * element <= kStagedSingleMaxBytes;
+  const bool staged = staged_batch_;
   published_.resize(n);
   Published &mine = published_[ctx.rank];
   mine = Published{};
@@ -55,66 +56,89 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, published_.data(), sizeof(Published), MPI_BYTE, ctx.comm);
   std::string error = staged ? MapPeers(ctx) : "";
 
-  // Reduce-scatter: output = input (op) every peer's input over this rank's share, a chunk at a time.
-  // Peers meanwhile read other shares of this rank's inputs, which nothing here writes.
-  const int64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
-  if (!staged && static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, end - begin)) {
-    scratch_.resize(std::min(chunk_bytes, end - begin));
-  }
-  for (int64_t chunk = begin; chunk < end && error.empty(); chunk += chunk_bytes) {
-    const int64_t bytes = std::min(chunk_bytes, end - chunk);
-    for (int k = 1; k < n; ++k) {
-      const int peer = (ctx.rank + k) % n;
-      const uint8_t *received;
-      if (staged) {
-        received = peer_staging_[peer] + chunk;  // plain loads from shared memory
-      } else {
-        reader_.Begin(static_cast<pid_t>(published_[peer].pid));
-        reader_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
-        if (!reader_.Finish()) {
-          error = "reading rank " + std::to_string(peer) + "'s input: " + reader_.error();
-          break;
-        }
-        received = scratch_.data();
-      }
-      layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
-    }
-    if (!staged || between) continue;
-    // The result goes back where each peer packed this share (the lines just read, still in cache): each
-    // rank then finds every other share reduced in its own staging buffer.
-    for (int k = 1; k < n; ++k) {
-      layout_.Gather(chunk, bytes, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + chunk);
-    }
-  }
-  if (between) {
-    // Peers on other hosts wait for this rank's step: it runs whatever happened here.
-    std::string step_error = between->RunOnShare(layout_, begin, end - begin, dtype, op);
-    if (error.empty()) error = step_error;
-    for (int k = 1; k < n && staged && error.empty(); ++k) {
-      layout_.Gather(begin, end - begin, /*input=*/false, peer_staging_[(ctx.rank + k) % n] + begin);
-    }
+  if (!between) {
+    if (error.empty()) error = ReduceShare(ctx, begin, end, dtype, op, /*hand_back=*/staged);
+  } else {
+    // Peers on other hosts wait for this rank's step: it runs whatever happened here. It reduces the share
+    // within the host and hands it back (through halves) where it suits it.
+    HalvesOfShare halves(*this, ctx, begin, dtype, op);
+    std::string step_error =
+        between->RunOnShare(layout_, begin, end - begin, dtype, op, error.empty() ? &halves : nullptr);
+    if (error.empty()) error = !halves.error().empty() ? halves.error() : step_error;
   }
   error = Agree(ctx, error, "reduce-scatter");
   if (!error.empty()) return error;
 
   if (staged) {
-    // All-gather from this rank's own staging buffer. No peer touches it again before the next batch's
-    // addresses are exchanged, so no closing synchronisation.
+    // All-gather from this rank's own staging buffer, where each share's owner wrote it. No peer touches it
+    // again before the next batch's addresses are exchanged, so no closing synchronisation.
     layout_.Scatter(0, begin, staged_);
     layout_.Scatter(end, count * element - end, staged_ + end);
     return "";
   }
+  // Each share's owner wrote it into every peer's outputs already (HandBack), and all have agreed it is done.
+  if (between) return "";
   // All-gather: every other share, read from the rank that reduced it into this rank's outputs.
   for (int k = 1; k < n && error.empty(); ++k) {
     const int owner = (ctx.rank + k) % n;
     const int64_t from = share_begin(owner);
-    reader_.Begin(static_cast<pid_t>(published_[owner].pid));
-    reader_.Add(pieces[0].output + from, published_[owner].results + static_cast<uint64_t>(from),
+    copier_.Begin(static_cast<pid_t>(published_[owner].pid));
+    copier_.Add(pieces[0].output + from, published_[owner].results + static_cast<uint64_t>(from),
                 share_begin(owner + 1) - from);
-    if (!reader_.Finish()) error = "reading rank " + std::to_string(owner) + "'s result: " + reader_.error();
+    if (!copier_.Finish()) error = "reading rank " + std::to_string(owner) + "'s result: " + copier_.error();
   }
   // Nobody returns (and lets its caller touch the outputs) while a peer may still be reading them.
   return Agree(ctx, error, "all-gather");
+}
+
+std::string DirectAllreduce::ReduceShare(const CommContext &ctx, int64_t from, int64_t to, DataType dtype,
+                                         ReduceOp op, bool hand_back) {
+  // output = input (op) every peer's input, a chunk at a time. Peers meanwhile read other shares of this rank's
+  // inputs, which nothing here writes.
+  const int n = ctx.size;
+  const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t chunk_bytes = std::max(element, kChunkBytes / element * element);
+  if (!staged_batch_ && static_cast<int64_t>(scratch_.size()) < std::min(chunk_bytes, to - from)) {
+    scratch_.resize(std::min(chunk_bytes, to - from));
+  }
+  for (int64_t chunk = from; chunk < to; chunk += chunk_bytes) {
+    const int64_t bytes = std::min(chunk_bytes, to - chunk);
+    for (int k = 1; k < n; ++k) {
+      const int peer = (ctx.rank + k) % n;
+      const uint8_t *received;
+      if (staged_batch_) {
+        received = peer_staging_[peer] + chunk;  // plain loads from shared memory
+      } else {
+        copier_.Begin(static_cast<pid_t>(published_[peer].pid));
+        copier_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
+        if (!copier_.Finish()) return "reading rank " + std::to_string(peer) + "'s input: " + copier_.error();
+        received = scratch_.data();
+      }
+      layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
+    }
+    // The result goes back while the lines just read are still in cache.
+    if (hand_back) {
+      std::string error = HandBack(ctx, chunk, bytes);
+      if (!error.empty()) return error;
+    }
+  }
+  return "";
+}
+
+std::string DirectAllreduce::HandBack(const CommContext &ctx, int64_t from, int64_t bytes) {
+  for (int k = 1; k < ctx.size; ++k) {
+    const int peer = (ctx.rank + k) % ctx.size;
+    if (staged_batch_) {
+      // Where the peer packed this share: it finds every share reduced in its own staging buffer.
+      layout_.Gather(from, bytes, /*input=*/false, peer_staging_[peer] + from);
+      continue;
+    }
+    copier_.Begin(static_cast<pid_t>(published_[peer].pid), PeerCopier::Direction::kWrite);
+    copier_.Add(layout_.Address(0, /*input=*/false) + from, published_[peer].results + static_cast<uint64_t>(from),
+                bytes);
+    if (!copier_.Finish()) return "writing rank " + std::to_string(peer) + "'s output: " + copier_.error();
+  }
+  return "";
 }
 
 std::string DirectAllreduce::MapPeers(const CommContext &ctx) {

@@ -29,7 +29,9 @@ class DirectAllreduce : public PiecewiseAllreduce {
                         DataType dtype, ReduceOp op) override {
     return RunPieces(ctx, pieces, count, dtype, op, nullptr);
   }
-  // With between (if any) run on this rank's reduced share before it is handed to the peers.
+  // With between (if any) run on this rank's share: it reduces the share within the host and hands it to the
+  // peers through the halves it is given, before, after or while it works on it (ShareStep); a larger single
+  // tensor is then written into the peers' outputs by its share's owner, not read from the owner's.
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
                         DataType dtype, ReduceOp op, ShareStep *between);
 
@@ -42,12 +44,46 @@ class DirectAllreduce : public PiecewiseAllreduce {
     uint64_t results;
     SharedStaging::Descriptor staging;
   };
+  // The halves within the host of this rank's share (at share_begin), for a step that runs them itself.
+  class HalvesOfShare : public ShareHalves {
+   public:
+    HalvesOfShare(DirectAllreduce &direct, const CommContext &ctx, int64_t share_begin, DataType dtype, ReduceOp op)
+        : direct_(direct), ctx_(ctx), share_begin_(share_begin), dtype_(dtype), op_(op) {}
+    bool Prepare(int64_t begin, int64_t bytes) override {
+      if (error_.empty()) {
+        error_ = direct_.ReduceShare(ctx_, share_begin_ + begin, share_begin_ + begin + bytes, dtype_, op_, false);
+      }
+      return error_.empty();
+    }
+    bool Deliver(int64_t begin, int64_t bytes) override {
+      if (error_.empty()) error_ = direct_.HandBack(ctx_, share_begin_ + begin, bytes);
+      return error_.empty();
+    }
+    const std::string &error() const override { return error_; }
+
+   private:
+    DirectAllreduce &direct_;
+    const CommContext &ctx_;
+    const int64_t share_begin_;
+    const DataType dtype_;
+    const ReduceOp op_;
+    std::string error_;
+  };
+
   // Maps every peer's staging buffer into peer_staging_; an error when some rank has none or one fails.
   std::string MapPeers(const CommContext &ctx);
+  // Bytes [from, to) of the batch (within this rank's share) reduced within the host into this rank's outputs,
+  // a chunk at a time; hand_back: each chunk also handed back to the peers as soon as it is reduced.
+  std::string ReduceShare(const CommContext &ctx, int64_t from, int64_t to, DataType dtype, ReduceOp op,
+                          bool hand_back);
+  // Bytes [from, from + bytes) of the batch, final on this rank (its share), into every peer: where the peer
+  // packed them in its staging buffer (a staged batch), else into its outputs (process_vm_writev).
+  std::string HandBack(const CommContext &ctx, int64_t from, int64_t bytes);
 
   BufferLayout layout_;
-  PeerReader reader_;
+  PeerCopier copier_;
   SharedStaging staging_;
+  bool staged_batch_ = false;                  // whether this batch goes through the staging buffers
   uint8_t *staged_ = nullptr;                  // this rank's staging buffer (staged batches only)
   std::vector<uint8_t *> peer_staging_;        // by rank: the peers' staging buffers, mapped
   std::vector<Published> published_;

@@ -5,7 +5,7 @@
 namespace hvdlite {
 
 void HierarchicalAllreduce::SetTopology(const CommContext &local, const CommContext &cross, bool direct_within_host,
-                                        int64_t cross_ring_min_bytes, PiecewiseAllreduce *tcp_ring) {
+                                        int64_t cross_ring_min_bytes, TcpRingAllreduce *tcp_ring) {
   tcp_ring_ = tcp_ring;
   local_ = local;
   cross_ = cross;
@@ -29,7 +29,21 @@ std::string HierarchicalAllreduce::RunPieces(const CommContext & /*ctx*/, const 
 }
 
 std::string HierarchicalAllreduce::RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes,
-                                              DataType dtype, ReduceOp op) {
+                                              DataType dtype, ReduceOp op, ShareHalves *halves) {
+  const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
+  if (halves && tcp_ring_ && cross_.size > 1 && bytes >= cross_ring_min_bytes_) {
+    // The ring runs the halves within the host in its waits for the network.
+    return tcp_ring_->RunPieces(cross_, SharePieces(layout, begin, bytes), bytes / element, dtype, op, halves);
+  }
+  // Everywhere else they come before and after the step across hosts.
+  if (halves && !halves->Prepare(0, bytes)) halves = nullptr;  // it keeps its error; the step runs anyway
+  std::string error = AcrossHosts(layout, begin, bytes, dtype, op);
+  if (halves && error.empty()) (void)halves->Deliver(0, bytes);
+  return error;
+}
+
+std::string HierarchicalAllreduce::AcrossHosts(const BufferLayout &layout, int64_t begin, int64_t bytes,
+                                               DataType dtype, ReduceOp op) {
   if (cross_.size == 1 || bytes == 0) return "";
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
   if (bytes < cross_ring_min_bytes_) {
@@ -42,12 +56,17 @@ std::string HierarchicalAllreduce::RunOnShare(const BufferLayout &layout, int64_
     layout.Scatter(begin, bytes, packed_.data());
     return "";
   }
+  return CrossRing(SharePieces(layout, begin, bytes), bytes / element, dtype, op);
+}
+
+const std::vector<BufferPiece> &HierarchicalAllreduce::SharePieces(const BufferLayout &layout, int64_t begin,
+                                                                   int64_t bytes) {
   share_.clear();
   layout.ForEachRun(begin, bytes, [&](size_t i, int64_t skip, int64_t take) {
     uint8_t *at = layout.Address(i, /*input=*/false) + skip;
     share_.push_back(BufferPiece{at, at, take});
   });
-  return CrossRing(share_, bytes / element, dtype, op);
+  return share_;
 }
 
 }  // namespace hvdlite

@@ -7,7 +7,9 @@
 // Which ranks share a host, not their order, decides the groups, so placement does not matter.
 //
 // Each share is reduced on one rank per host, then by the cross-host ring (each chunk on one rank), and copied
-// from there: results are bitwise identical on every rank. Needs the same number of ranks on every host
+// from there: results are bitwise identical on every rank. Where the ranks of a host read each other's memory
+// (direct) and the ring across hosts runs on its own connections, the halves within the host run inside the
+// ring's waits for the network (TcpRingAllreduce), not before and after it. Needs the same number of ranks on every host
 // (Core checks it and otherwise keeps the flat algorithms); runs on the global process set only.
 #pragma once
 #include <string>
@@ -16,6 +18,7 @@
 #include "allreduce_algorithm.h"
 #include "direct_allreduce.h"
 #include "ring_allreduce.h"
+#include "tcp_ring_allreduce.h"
 
 namespace hvdlite {
 
@@ -31,7 +34,7 @@ class HierarchicalAllreduce : public PiecewiseAllreduce, private ShareStep {
   // cross_ring_min_bytes cross hosts by the ring (over tcp_ring's connections where given, else MPI's), smaller
   // ones by MPI_Allreduce.
   void SetTopology(const CommContext &local, const CommContext &cross, bool direct_within_host,
-                   int64_t cross_ring_min_bytes, PiecewiseAllreduce *tcp_ring);
+                   int64_t cross_ring_min_bytes, TcpRingAllreduce *tcp_ring);
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
                         DataType dtype, ReduceOp op) override;
 
@@ -40,13 +43,17 @@ class HierarchicalAllreduce : public PiecewiseAllreduce, private ShareStep {
     return tcp_ring_ ? tcp_ring_->RunPieces(cross_, pieces, count, dtype, op)
                      : cross_ring_.RunPieces(cross_, pieces, count, dtype, op);
   }
-  std::string RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes, DataType dtype,
-                         ReduceOp op) override;
+  std::string RunOnShare(const BufferLayout &layout, int64_t begin, int64_t bytes, DataType dtype, ReduceOp op,
+                         ShareHalves *halves) override;
+  // The share's step across hosts (reduced within the host already).
+  std::string AcrossHosts(const BufferLayout &layout, int64_t begin, int64_t bytes, DataType dtype, ReduceOp op);
+  // The share's runs in the layout's outputs, in place (share_).
+  const std::vector<BufferPiece> &SharePieces(const BufferLayout &layout, int64_t begin, int64_t bytes);
 
   DirectAllreduce &local_direct_;
   RingAllreduce &local_ring_;
   RingAllreduce cross_ring_;
-  PiecewiseAllreduce *tcp_ring_ = nullptr;  // the ring across hosts on its own connections, when they are up
+  TcpRingAllreduce *tcp_ring_ = nullptr;  // the ring across hosts on its own connections, when they are up
   CommContext local_{MPI_COMM_NULL, 0, 1}, cross_{MPI_COMM_NULL, 0, 1};
   bool direct_within_host_ = false;
   int64_t cross_ring_min_bytes_ = 0;

@@ -100,7 +100,7 @@ std::string RingAllreduce::RunPieces(const CommContext &ctx, const std::vector<B
   }
   std::string error;  // the step's; the all-gather still runs, for the peers waiting in it
   if (between) error = between->RunOnShare(layout_, chunk_begin((ctx.rank + 1) % n), chunk_bytes((ctx.rank + 1) % n),
-                                           dtype, op);
+                                           dtype, op, /*halves=*/nullptr);
   // All-gather: pass the finished chunks around the ring (this rank's own chunk of output is first
   // written here).
   for (int step = 0; step < n - 1; ++step) {

@@ -16,6 +16,87 @@ namespace {
 constexpr int kMaxVectors = 64;               // runs per system call
 constexpr int64_t kMaxBytesPerCall = 8 << 20;  // bytes per system call
 constexpr int64_t kReduceGrain = 256 << 10;    // reduce received bytes in pieces of at least this much
+constexpr int64_t kHalvesGrain = 256 << 10;    // the halves within the host run this much between two polls
+
+// The halves within the host (ShareHalves), paced by the ring. Chunks are prepared in the order the ring first
+// reads them: its own chunk (sent by step 0), then the chunk each reduce-scatter step receives (reduced into
+// it). The chunks that end final are the last reduce-scatter step's and every all-gather step's; their bytes are
+// delivered as those steps finish them. Without halves everything counts as prepared and nothing is delivered.
+class PacedHalves {
+ public:
+  PacedHalves(ShareHalves *halves, int n, int rank, int64_t count, int64_t element)
+      : halves_(halves), n_(n), rank_(rank), count_(count), element_(element) {}
+
+  // Bytes of chunk c prepared so far.
+  int64_t Prepared(int c) const {
+    if (!halves_) return Bytes(c);
+    const int k = (rank_ - c + n_) % n_;  // its place in the order of preparation
+    return k < next_ ? Bytes(c) : k == next_ ? at_ : 0;
+  }
+  // Prepares chunk c up to bytes, and every chunk before it in the order.
+  void PrepareUpTo(int c, int64_t bytes) {
+    while (Prepared(c) < bytes) PrepareGrain();
+  }
+  // Whether a grain of either half can run now; done: bytes each step has finished (TcpRingAllreduce::done_).
+  bool HasWork(const std::vector<int64_t> &done) {
+    return halves_ && (next_ < n_ || Deliverable(done) > 0);
+  }
+  // Runs one grain: preparation first (the ring waits for it), else delivery.
+  void RunGrain(const std::vector<int64_t> &done) {
+    if (next_ < n_) {
+      PrepareGrain();
+    } else {
+      DeliverUpTo(done, kHalvesGrain);
+    }
+  }
+  // After the ring: delivers what is left.
+  void Finish(const std::vector<int64_t> &done) {
+    while (halves_ && next_ < n_) PrepareGrain();
+    while (halves_ && Deliverable(done) > 0) DeliverUpTo(done, INT64_MAX);
+  }
+
+ private:
+  int64_t Begin(int c) const { return count_ * c / n_ * element_; }
+  int64_t Bytes(int c) const { return Begin(c + 1) - Begin(c); }
+  int PrepareChunk() const { return (rank_ - next_ + n_) % n_; }
+  int FinalChunk() const { return (rank_ + 1 - final_ + n_) % n_; }
+  int FinalStep() const { return n_ - 2 + final_; }
+
+  void PrepareGrain() {
+    while (next_ < n_ && at_ == Bytes(PrepareChunk())) {
+      ++next_;
+      at_ = 0;
+    }
+    if (next_ == n_) return;
+    const int64_t take = std::min(kHalvesGrain, Bytes(PrepareChunk()) - at_);
+    if (!halves_->Prepare(Begin(PrepareChunk()) + at_, take)) return Stop();
+    at_ += take;
+  }
+  // Bytes of the current final chunk done and not yet delivered (skipping chunks delivered whole).
+  int64_t Deliverable(const std::vector<int64_t> &done) {
+    while (final_ < n_ && delivered_ == Bytes(FinalChunk())) {
+      ++final_;
+      delivered_ = 0;
+    }
+    return final_ < n_ ? done[FinalStep()] - delivered_ : 0;
+  }
+  void DeliverUpTo(const std::vector<int64_t> &done, int64_t most) {
+    const int64_t take = std::min(most, Deliverable(done));
+    if (take <= 0) return;
+    if (!halves_->Deliver(Begin(FinalChunk()) + delivered_, take)) return Stop();
+    delivered_ += take;
+  }
+  // After a failure (the halves keep its error): the ring goes on as if everything were prepared.
+  void Stop() { halves_ = nullptr; }
+
+  ShareHalves *halves_;
+  const int n_, rank_;
+  const int64_t count_, element_;
+  int next_ = 0;            // the chunk being prepared, as its place in the order
+  int64_t at_ = 0;          // bytes of it prepared
+  int final_ = 0;           // the final chunk being delivered, as its place among them
+  int64_t delivered_ = 0;   // bytes of it delivered
+};
 
 }  // namespace
 
@@ -40,8 +121,12 @@ std::string TcpRingAllreduce::Failed(const std::string &what) {
 }
 
 std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
-                                        DataType dtype, ReduceOp op) {
-  if (CopyIfTrivial(ctx, pieces, count)) return "";
+                                        DataType dtype, ReduceOp op, ShareHalves *halves) {
+  if (CopyIfTrivial(ctx, pieces, count)) {
+    const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+    if (halves && halves->Prepare(0, bytes)) (void)halves->Deliver(0, bytes);
+    return "";
+  }
   if (!sockets_.connected()) return "the ring across hosts is closed: " + sockets_.closed_because();
   layout_.Reset(pieces);
   const int n = ctx.size, rank = ctx.rank, steps = 2 * (n - 1);
@@ -54,6 +139,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
   auto recv_chunk = [&](int t) { return t < n - 1 ? (rank - t - 1 + n) % n : (rank - (t - (n - 1)) + n) % n; };
   if (static_cast<int64_t>(window_.size()) < window_bytes_) window_.resize(window_bytes_);
   done_.assign(steps, 0);
+  PacedHalves paced(halves, n, rank, count, element);
 
   int send_step = 0, recv_step = 0;
   int64_t sent = 0;          // of the send step's chunk
@@ -74,12 +160,21 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
       received = reduced = 0;
       continue;
     }
-    const int64_t send_ready = send_step == 0 ? send_total : send_step < steps ? done_[send_step - 1] : 0;
+    const int64_t send_ready = send_step == 0    ? paced.Prepared(send_chunk(0))
+                               : send_step < steps ? done_[send_step - 1]
+                                                   : 0;
     pollfd fds[2] = {{sockets_.right(), static_cast<short>(sent < send_ready ? POLLOUT : 0), 0},
                      {sockets_.left(), static_cast<short>(recv_step < steps ? POLLIN : 0), 0}};
-    if (poll(fds, 2, -1) < 0) {
+    // While the halves within the host have work, the network is only looked at: when it has nothing, a grain
+    // of theirs runs.
+    const int ready = poll(fds, 2, paced.HasWork(done_) ? 0 : -1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       return Failed(std::string("poll: ") + std::strerror(errno));
+    }
+    if (ready == 0) {
+      paced.RunGrain(done_);
+      continue;
     }
     if (fds[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
       msghdr message{};
@@ -119,6 +214,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
         } else {
           const int64_t whole = (received - reduced) / element * element;
           if (whole >= kReduceGrain || received == recv_total || kept + bytes == window_bytes_) {
+            paced.PrepareUpTo(recv_chunk(recv_step), reduced + whole);
             layout_.Reduce(begin + reduced, whole, window_.data(), /*from_output=*/false, dtype, op);
             const int64_t rest = received - reduced - whole;
             if (rest > 0) std::memmove(window_.data(), window_.data() + whole, static_cast<size_t>(rest));
@@ -129,6 +225,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
       }
     }
   }
+  paced.Finish(done_);
   return "";
 }
 

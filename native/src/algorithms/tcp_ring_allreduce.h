@@ -9,6 +9,11 @@
 //
 // A fused batch is sent from and received into its tensors where they are (scatter/gather I/O); received
 // reduce-scatter data goes through a bounded window and is reduced into the outputs as it arrives.
+//
+// Inside a hierarchical all-reduce it also runs the halves within the host (ShareHalves) while it waits for the
+// network: the share is reduced within the host a grain at a time in the order the ring first reads its chunks,
+// ahead of the ring or just in time, and final bytes are handed to the host's other ranks as they arrive. On a
+// link-bound ring those halves then cost (nearly) nothing, where they used to come before and after it.
 #pragma once
 #include <sys/uio.h>
 
@@ -27,7 +32,12 @@ class TcpRingAllreduce : public PiecewiseAllreduce {
   const char *timeline_phase() const override { return "TCP_RING_ALLREDUCE"; }
   // ctx: the ranks the sockets connect (its rank and size; its communicator is not used).
   std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
-                        DataType dtype, ReduceOp op) override;
+                        DataType dtype, ReduceOp op) override {
+    return RunPieces(ctx, pieces, count, dtype, op, nullptr);
+  }
+  // With halves (if any) run in the ring's waits: the pieces are then a share not yet reduced within the host.
+  std::string RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
+                        DataType dtype, ReduceOp op, ShareHalves *halves);
 
  private:
   // The I/O vector for bytes [begin, begin + bytes) of the inputs or outputs, at most kMaxVectors runs.
