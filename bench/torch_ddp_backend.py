@@ -45,6 +45,8 @@ def parse_args(argv=None):
     parser.add_argument("--num-warmup-batches", type=int, default=3)
     parser.add_argument("--num-batches-per-iter", type=int, default=5)
     parser.add_argument("--num-iters", type=int, default=12)
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                        help="both DDPs' gradient bucket size (DDP's default: 25)")
     parser.add_argument("--allreduce-calls", type=int, default=20, help="per size and backend (fewer from 16 MiB)")
     parser.add_argument("--skip-allreduce", action="store_true")
     parser.add_argument("--hosts", type=int, default=0, help="simulated hosts, one rank each (needs root)")
@@ -106,7 +108,8 @@ def train_models(args, rank, size, gloo, log):
                 opt = hvd.DistributedOptimizer(opt, named_parameters=[(f"{kind}.{n}", p)
                                                                       for n, p in net.named_parameters()])
             else:
-                net = DDP(net, process_group=gloo if name == "ddp_gloo" else None, gradient_as_bucket_view=True)
+                net = DDP(net, process_group=gloo if name == "ddp_gloo" else None, gradient_as_bucket_view=True,
+                          bucket_cap_mb=args.bucket_cap_mb)
                 opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
             trainers[name] = (net, opt)
         if kind == "transformer":
@@ -313,7 +316,7 @@ def main(argv=None):
         result_file = os.path.join(workdir, "result.json")
         passthrough = []
         for key in ("models", "batch_size", "num_warmup_batches", "num_batches_per_iter", "num_iters",
-                    "allreduce_calls"):
+                    "allreduce_calls", "bucket_cap_mb"):
             passthrough += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
         if args.skip_allreduce:
             passthrough.append("--skip-allreduce")
