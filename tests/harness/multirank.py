@@ -38,6 +38,7 @@ from harness.processes import venv_tool
 JOB_SIZE = "HVDLITE_TEST_JOB_SIZE"        # set in a launched job: its number of ranks
 JOB_RESULTS = "HVDLITE_TEST_JOB_RESULTS"  # set in a launched job: the folder its ranks write reports to
 TEST_TIMEOUT_S = 180                      # a test's limit on each rank unless @pytest.mark.timeout says more
+MAX_MARKED_RANKS = 16                     # ranks_N marks are registered up to this count
 JOB_START_S = 60                          # what a job may spend on starting (imports, MPI) beside its tests
 
 
@@ -61,8 +62,6 @@ def pytest_addoption(parser):
                     help="with --hosts: consecutive ranks on one host (blocks) or on the next host (round-robin)")
     group.addoption("--network", choices=sorted(simulated_hosts.NETWORK_LAYERS), default="ofi",
                     help="with --hosts: MPICH's network layer between hosts")
-    group.addoption("--max-extra-ranks", metavar="N", type=int,
-                    help="leave out the variant rank counts (extra_ranks) above N; a test's own count still runs")
 
 
 class AcrossHosts:
@@ -104,6 +103,8 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "ranks(*counts): run the test as one job per count of MPI ranks")
+    for n in range(1, MAX_MARKED_RANKS + 1):
+        config.addinivalue_line("markers", f"ranks_{n}: a multi-rank test's job of {n} ranks (set by the harness)")
     config.addinivalue_line("markers", "hvd_env(**variables): environment variables of the job that runs it")
     # Jobs run without pytest-timeout (each rank keeps the limit itself: RankReporter), which would register it.
     config.addinivalue_line("markers", "timeout(seconds): a test's time limit on each rank")
@@ -131,8 +132,10 @@ def ranks(request):
 def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("ranks")
     if marker is not None:
-        # The first count is the test's own; the others are variants that make check adds (extra_ranks).
-        counts = [marker.args[0]] + [pytest.param(n, marks=pytest.mark.extra_ranks) for n in marker.args[1:]]
+        # The first count is the test's own; the others are variants that make check adds (extra_ranks). Each job
+        # is also marked with its count (ranks_N), so that a stage can leave out a count with -m.
+        counts = [pytest.param(n, marks=[getattr(pytest.mark, f"ranks_{n}")] + ([pytest.mark.extra_ranks] if i else []))
+                  for i, n in enumerate(marker.args)]
         metafunc.parametrize("ranks", counts, ids=[f"{n} ranks" for n in marker.args])
 
 
@@ -163,12 +166,6 @@ def pytest_collection_modifyitems(session, config, items):
         # Inside a job: only the multi-rank tests of this size.
         keep_only_ranks(config, items, size)
         return
-    most = config.getoption("max_extra_ranks")
-    if most is not None:
-        dropped = [item for item in items if item.get_closest_marker("extra_ranks") and rank_count(item) > most]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if item not in dropped]
     across = config.hvd_across_hosts
     if across:
         # Across hosts: the multi-rank tests of the hosts' rank count, and nothing else.
