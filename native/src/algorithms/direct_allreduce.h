@@ -51,7 +51,8 @@ class DirectAllreduce : public PiecewiseAllreduce {
         : direct_(direct), ctx_(ctx), share_begin_(share_begin), dtype_(dtype), op_(op) {}
     bool Prepare(int64_t begin, int64_t bytes) override {
       if (error_.empty()) {
-        error_ = direct_.ReduceShare(ctx_, share_begin_ + begin, share_begin_ + begin + bytes, dtype_, op_, false);
+        error_ = direct_.ReduceShare(ctx_, share_begin_ + begin, share_begin_ + begin + bytes, dtype_, op_,
+                                     /*hand_back=*/false);
       }
       return error_.empty();
     }

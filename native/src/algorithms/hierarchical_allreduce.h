@@ -9,8 +9,8 @@
 // Each share is reduced on one rank per host, then by the cross-host ring (each chunk on one rank), and copied
 // from there: results are bitwise identical on every rank. Where the ranks of a host read each other's memory
 // (direct) and the ring across hosts runs on its own connections, the halves within the host run inside the
-// ring's waits for the network (TcpRingAllreduce), not before and after it. Needs the same number of ranks on every host
-// (Core checks it and otherwise keeps the flat algorithms); runs on the global process set only.
+// ring's waits for the network (TcpRingAllreduce), not before and after it. Needs the same number of ranks on
+// every host (Core checks it and otherwise keeps the flat algorithms); runs on the global process set only.
 #pragma once
 #include <string>
 #include <vector>

@@ -18,20 +18,30 @@ constexpr int64_t kMaxBytesPerCall = 8 << 20;  // bytes per system call
 constexpr int64_t kReduceGrain = 256 << 10;    // reduce received bytes in pieces of at least this much
 constexpr int64_t kHalvesGrain = 256 << 10;    // the halves within the host run this much between two polls
 
+// The ring's chunks (RingAllreduce's), and which chunk each step sends and receives. Steps 0..n-2 reduce-scatter,
+// n-1.. all-gather; what step t sends is what step t-1 received.
+struct RingChunks {
+  int n, rank;
+  int64_t count, element;
+  int64_t Begin(int c) const { return count * c / n * element; }
+  int64_t Bytes(int c) const { return Begin(c + 1) - Begin(c); }
+  int Sent(int t) const { return t < n - 1 ? (rank - t + n) % n : (rank + 1 - (t - (n - 1)) + n) % n; }
+  int Received(int t) const { return t < n - 1 ? (rank - t - 1 + n) % n : (rank - (t - (n - 1)) + n) % n; }
+};
+
 // The halves within the host (ShareHalves), paced by the ring. Chunks are prepared in the order the ring first
 // reads them: its own chunk (sent by step 0), then the chunk each reduce-scatter step receives (reduced into
 // it). The chunks that end final are the last reduce-scatter step's and every all-gather step's; their bytes are
 // delivered as those steps finish them. Without halves everything counts as prepared and nothing is delivered.
 class PacedHalves {
  public:
-  PacedHalves(ShareHalves *halves, int n, int rank, int64_t count, int64_t element)
-      : halves_(halves), n_(n), rank_(rank), count_(count), element_(element) {}
+  PacedHalves(ShareHalves *halves, const RingChunks &chunks) : halves_(halves), chunks_(chunks), n_(chunks.n) {}
 
   // Bytes of chunk c prepared so far.
   int64_t Prepared(int c) const {
-    if (!halves_) return Bytes(c);
-    const int k = (rank_ - c + n_) % n_;  // its place in the order of preparation
-    return k < next_ ? Bytes(c) : k == next_ ? at_ : 0;
+    if (!halves_) return chunks_.Bytes(c);
+    const int k = (chunks_.rank - c + n_) % n_;  // its place in the order of preparation
+    return k < next_ ? chunks_.Bytes(c) : k == next_ ? at_ : 0;
   }
   // Prepares chunk c up to bytes, and every chunk before it in the order.
   void PrepareUpTo(int c, int64_t bytes) {
@@ -56,11 +66,11 @@ class PacedHalves {
   }
 
  private:
-  int64_t Begin(int c) const { return count_ * c / n_ * element_; }
-  int64_t Bytes(int c) const { return Begin(c + 1) - Begin(c); }
-  int PrepareChunk() const { return (rank_ - next_ + n_) % n_; }
-  int FinalChunk() const { return (rank_ + 1 - final_ + n_) % n_; }
+  int64_t Begin(int c) const { return chunks_.Begin(c); }
+  int64_t Bytes(int c) const { return chunks_.Bytes(c); }
+  int PrepareChunk() const { return next_ == 0 ? chunks_.Sent(0) : chunks_.Received(next_ - 1); }
   int FinalStep() const { return n_ - 2 + final_; }
+  int FinalChunk() const { return chunks_.Received(FinalStep()); }
 
   void PrepareGrain() {
     while (next_ < n_ && at_ == Bytes(PrepareChunk())) {
@@ -90,8 +100,8 @@ class PacedHalves {
   void Stop() { halves_ = nullptr; }
 
   ShareHalves *halves_;
-  const int n_, rank_;
-  const int64_t count_, element_;
+  const RingChunks &chunks_;
+  const int n_;
   int next_ = 0;            // the chunk being prepared, as its place in the order
   int64_t at_ = 0;          // bytes of it prepared
   int final_ = 0;           // the final chunk being delivered, as its place among them
@@ -131,36 +141,32 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
   layout_.Reset(pieces);
   const int n = ctx.size, rank = ctx.rank, steps = 2 * (n - 1);
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
-  auto chunk_begin = [&](int c) { return count * c / n * element; };
-  auto chunk_bytes = [&](int c) { return chunk_begin(c + 1) - chunk_begin(c); };
-  // Steps 0..n-2 reduce-scatter, n-1.. all-gather (RingAllreduce's chunks). What step t sends is what step t-1
-  // received: its bytes leave as soon as done_[t-1] says they are there.
-  auto send_chunk = [&](int t) { return t < n - 1 ? (rank - t + n) % n : (rank + 1 - (t - (n - 1)) + n) % n; };
-  auto recv_chunk = [&](int t) { return t < n - 1 ? (rank - t - 1 + n) % n : (rank - (t - (n - 1)) + n) % n; };
+  // What step t sends is what step t-1 received: its bytes leave as soon as done_[t-1] says they are there.
+  const RingChunks chunks{n, rank, count, element};
   if (static_cast<int64_t>(window_.size()) < window_bytes_) window_.resize(window_bytes_);
   done_.assign(steps, 0);
-  PacedHalves paced(halves, n, rank, count, element);
+  PacedHalves paced(halves, chunks);
 
   int send_step = 0, recv_step = 0;
   int64_t sent = 0;          // of the send step's chunk
   int64_t received = 0;      // of the receive step's chunk
   int64_t reduced = 0;       // of it (reduce-scatter): window_ holds [reduced, received)
   while (send_step < steps || recv_step < steps) {
-    const int64_t send_total = send_step < steps ? chunk_bytes(send_chunk(send_step)) : 0;
+    const int64_t send_total = send_step < steps ? chunks.Bytes(chunks.Sent(send_step)) : 0;
     if (send_step < steps && sent == send_total) {
       ++send_step;
       sent = 0;
       continue;
     }
     const bool scattering = recv_step < n - 1;
-    const int64_t recv_total = recv_step < steps ? chunk_bytes(recv_chunk(recv_step)) : 0;
+    const int64_t recv_total = recv_step < steps ? chunks.Bytes(chunks.Received(recv_step)) : 0;
     if (recv_step < steps && received == recv_total && (!scattering || reduced == recv_total)) {
       done_[recv_step] = recv_total;
       ++recv_step;
       received = reduced = 0;
       continue;
     }
-    const int64_t send_ready = send_step == 0    ? paced.Prepared(send_chunk(0))
+    const int64_t send_ready = send_step == 0    ? paced.Prepared(chunks.Sent(0))
                                : send_step < steps ? done_[send_step - 1]
                                                    : 0;
     pollfd fds[2] = {{sockets_.right(), static_cast<short>(sent < send_ready ? POLLOUT : 0), 0},
@@ -179,7 +185,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
     if (fds[0].revents & (POLLOUT | POLLERR | POLLHUP)) {
       msghdr message{};
       message.msg_iov = vector_.data();
-      message.msg_iovlen = Vector(chunk_begin(send_chunk(send_step)) + sent, send_ready - sent, send_step == 0);
+      message.msg_iovlen = Vector(chunks.Begin(chunks.Sent(send_step)) + sent, send_ready - sent, send_step == 0);
       const ssize_t bytes = sendmsg(sockets_.right(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (bytes < 0 && errno != EAGAIN && errno != EINTR) {
         return Failed("sending to the next host (rank " + std::to_string((rank + 1) % n) + "): " + std::strerror(errno));
@@ -187,7 +193,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
       if (bytes > 0) sent += bytes;
     }
     if (fds[1].revents & (POLLIN | POLLERR | POLLHUP)) {
-      const int64_t begin = chunk_begin(recv_chunk(recv_step));
+      const int64_t begin = chunks.Begin(chunks.Received(recv_step));
       msghdr message{};
       iovec into{};
       // Reduce-scatter bytes land in the window (from its start once all before them are reduced), all-gather
@@ -214,7 +220,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
         } else {
           const int64_t whole = (received - reduced) / element * element;
           if (whole >= kReduceGrain || received == recv_total || kept + bytes == window_bytes_) {
-            paced.PrepareUpTo(recv_chunk(recv_step), reduced + whole);
+            paced.PrepareUpTo(chunks.Received(recv_step), reduced + whole);
             layout_.Reduce(begin + reduced, whole, window_.data(), /*from_output=*/false, dtype, op);
             const int64_t rest = received - reduced - whole;
             if (rest > 0) std::memmove(window_.data(), window_.data() + whole, static_cast<size_t>(rest));
