@@ -10,6 +10,7 @@ import re
 import cffi
 
 from . import build_info
+from .mpi_start import import_mpi
 from .runner.protocol import STARTED, STARTING, report_mpi_start
 
 _SOURCE_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "native", "include", "hvdlite.h")
@@ -41,10 +42,11 @@ def _load():
 
 def _start_mpi():
     """Imports mpi4py's MPI, which loads the MPI library the core links against and starts MPI (mpi4py's own
-    contract: a program may use mpi4py between importing hvdlite and hvd.init()). A rank that hvdliterun started
-    tells it before and after (runner/start_watch.py: a job whose MPI never gets going is ended)."""
+    contract: a program may use mpi4py between importing hvdlite and hvd.init()), except in a process that torch's
+    launchers started, whose MPI starts when the ranks meet (mpi_start.py). A rank that hvdliterun started tells
+    it before and after (runner/start_watch.py: a job whose MPI never gets going is ended)."""
     report_mpi_start(STARTING)
-    from mpi4py import MPI
+    MPI = import_mpi()
     report_mpi_start(STARTED)
     return MPI
 

@@ -1,7 +1,7 @@
 """Lifecycle and topology: init, shutdown, rank and size queries, timeline control."""
 import atexit
 
-from . import _tensor_calls, build_info, config, mpi_leftovers
+from . import _tensor_calls, build_info, config, mpi_leftovers, mpi_start
 from ._native import MPI, error_buffer, error_text, ffi, lib
 from .logging import get_logger
 from .logging import set_rank as _set_log_rank
@@ -32,6 +32,7 @@ def init(comm=None, process_sets=None):
     global _atexit_registered
     if lib.hvdlite_is_initialized():
         return
+    mpi_start.start_for_init()
     settings = config.resolve()
     native_config, keepalive = config.to_native(ffi, settings)
     buffer = error_buffer()

@@ -1,8 +1,12 @@
 """How torch.distributed jobs start and end with hvdlite, as whole programs: hvdliterun gives a torchrun script
 torchrun's variables (on any backend: gloo here); the "hvdlite" backend honours init_process_group's timeout; a rank
-that dies ends the job promptly; processes that torchrun started (not one MPI job) get a clear error, not a hang.
+that dies ends the job promptly; processes that torchrun or torch.multiprocessing.spawn started become one MPI job
+(through a PMI server that rank 0 runs, found in torch's store), and a rank lost on the way fails the others.
 """
+import json
 import os
+import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -121,17 +125,191 @@ def test_a_dead_rank_ends_the_job_promptly(tmp_path):
     assert took < 60, f"the job took {took:.0f} s to end after a rank died"
 
 
-def test_processes_that_are_not_one_mpi_job_get_a_clear_error(tmp_path):
-    script = program(tmp_path, """
-        import torch.distributed as dist
-        import hvdlite.torch
+# A whole job's checks, run on every rank however the ranks were started: torch's rank and size are the MPI job's;
+# an all_reduce equals the float64 sum of every rank's inputs; DDP's parameters after 4 steps equal those of one
+# process training on every rank's batches; each rank writes what it saw (rank, host, local rank and size) to the
+# folder given as its first argument.
+JOB_CHECKS = """
+import json, os, socket, sys
+import torch, torch.distributed as dist
+import hvdlite.torch as hvd
+
+def check_job(out):
+    rank, size = dist.get_rank(), dist.get_world_size()
+    assert (hvd.rank(), hvd.size()) == (rank, size), (hvd.rank(), hvd.size(), rank, size)
+
+    def inputs(r):
+        return torch.arange(1000, dtype=torch.float64) * (r + 1) + 0.5 * r
+    x = inputs(rank)
+    dist.all_reduce(x)
+    assert torch.equal(x, sum(inputs(r) for r in range(size))), x[:4]
+
+    def batch(step, r):
+        return torch.randn(8, 16, generator=torch.Generator().manual_seed(100 * step + r), dtype=torch.float64)
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(16, 4).double()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4).double())
+    model.module.load_state_dict(reference.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(4):
+        optimizer.zero_grad()
+        model(batch(step, rank)).pow(2).mean().backward()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        (sum(reference(batch(step, r)).pow(2).mean() for r in range(size)) / size).backward()
+        reference_optimizer.step()
+    for trained, expected in zip(model.module.parameters(), reference.parameters()):
+        assert torch.allclose(trained, expected, rtol=0, atol=1e-12), (trained - expected).abs().max()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "size": size, "host": socket.gethostname(), "local_rank": hvd.local_rank(),
+                   "local_size": hvd.local_size()}, f)
+"""
+
+
+def torchrun_argv(nprocs, script, out):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nprocs), "--master-port", "0",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", script, str(out)]
+
+
+def reports(out, size):
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(size)]
+
+
+def check_one_host_reports(out, size):
+    for r, report in enumerate(reports(out, size)):
+        assert report == {"rank": r, "size": size, "host": report["host"], "local_rank": r, "local_size": size}
+
+
+@pytest.mark.parametrize("nranks", [2, pytest.param(3, marks=pytest.mark.long)])
+def test_ranks_torchrun_started_become_one_mpi_job(tmp_path, nranks):
+    script = program(tmp_path, JOB_CHECKS + textwrap.dedent("""
         dist.init_process_group("hvdlite")
+        check_job(sys.argv[1])
+        dist.destroy_process_group()
+    """))
+    code, output = run(torchrun_argv(nranks, script, tmp_path), timeout=240, env=launched_env())
+    assert code == 0, output[-5000:]
+    check_one_host_reports(tmp_path, nranks)
+
+
+@pytest.mark.long
+def test_ranks_torch_multiprocessing_spawn_started_become_one_mpi_job(tmp_path):
+    script = program(tmp_path, JOB_CHECKS + textwrap.dedent("""
+        import torch.multiprocessing as mp
+
+        def worker(rank, size, port, out):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            dist.init_process_group("hvdlite", rank=rank, world_size=size)
+            check_job(out)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            mp.spawn(worker, args=(3, port, sys.argv[1]), nprocs=3)
+    """))
+    code, output = run([sys.executable, script, str(tmp_path)], timeout=240, env=launched_env())
+    assert code == 0, output[-5000:]
+    check_one_host_reports(tmp_path, 3)
+
+
+@pytest.mark.long
+def test_a_horovod_script_runs_under_torchrun(tmp_path):
+    """hvd.init() with no process group: the ranks meet through the store of torchrun's agent."""
+    script = program(tmp_path, """
+        import os, sys
+        import numpy as np
+        import hvdlite as hvd
+        hvd.init()
+        assert (hvd.rank(), hvd.size()) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+        inputs = lambda r: np.arange(100, dtype=np.float64) * (r + 2)
+        total = hvd.allreduce(inputs(hvd.rank()), op=hvd.Sum, name="total")
+        assert np.array_equal(total, sum(inputs(r) for r in range(hvd.size()))), total[:4]
+        open(os.path.join(sys.argv[1], f"ok.{hvd.rank()}"), "w").close()
     """)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"]
-    code, output = run(torchrun + [script], timeout=180, env=launched_env())
+    code, output = run(torchrun_argv(2, script, tmp_path), timeout=240, env=launched_env())
+    assert code == 0 and all((tmp_path / f"ok.{r}").exists() for r in range(2)), output[-5000:]
+
+
+@pytest.mark.long
+def test_a_rank_lost_before_mpi_starts_fails_the_others_within_the_timeout(tmp_path):
+    """Three ranks started by hand with torch's env:// variables, as a user's own launcher starts them (torchrun
+    would end the others itself). Rank 2 passes torch's rendezvous and its process ends just before it would start
+    MPI: ranks 0 and 1, already in MPI's start, fail once init_process_group's timeout has passed, rank 0 saying
+    which rank never came."""
+    script = program(tmp_path, """
+        import datetime, os
+        import torch.distributed as dist
+        import hvdlite.mpi_start
+        import hvdlite.torch
+        join = hvdlite.mpi_start.join_through_store
+
+        def join_or_end(store, rank, size, timeout_seconds):
+            if rank == 2:
+                os._exit(3)  # ends as a lost worker does, past torch's rendezvous
+            join(store, rank, size, timeout_seconds)
+        hvdlite.mpi_start.join_through_store = join_or_end
+        dist.init_process_group("hvdlite", timeout=datetime.timedelta(seconds=5))
+        print("joined", dist.get_rank(), flush=True)
+    """)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    start = time.monotonic()
+    ranks = [subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(launched_env(), OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="3"))
+             for rank in range(3)]
+    try:
+        outputs = [rank.communicate(timeout=120)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    took = time.monotonic() - start
+    assert all(rank.returncode != 0 for rank in ranks), outputs
+    assert not any("joined" in output for output in outputs), outputs
+    assert "ranks [2] did not reach the barrier within 5 s (ranks [2] never connected)" in outputs[0], outputs[0]
+    assert took < 60, f"the ranks took {took:.0f} s to end"
+
+
+@pytest.mark.long
+def test_mpi_started_before_the_ranks_meet_gets_a_clear_error(tmp_path):
+    script = program(tmp_path, """
+        import os, socket, sys
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        import hvdlite.torch as hvd
+
+        def worker(rank, port):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            hvd.init()  # MPI starts alone: the ranks have not met yet
+            dist.init_process_group("hvdlite", rank=rank, world_size=2)
+
+        if __name__ == "__main__":
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            mp.spawn(worker, args=(port,), nprocs=2)
+    """)
+    code, output = run([sys.executable, script], timeout=240, env=launched_env())
     assert code != 0, output[-5000:]
-    assert "runs on the ranks of one MPI job" in output and "hvdliterun" in output, output[-5000:]
+    assert "runs on the ranks of one MPI job" in output and "hvd.init() before init_process_group" in output, \
+        output[-5000:]
+
+
+def test_which_processes_start_mpi_when_the_ranks_meet():
+    """The decision alone, on given environments (mpi_start.started_by_torch): an MPI launcher's variables win; a
+    torchrun worker or a multiprocessing child waits; a program started by hand starts MPI at import."""
+    from hvdlite.mpi_start import started_by_torch
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2"}
+    assert started_by_torch(torchrun, process_name="MainProcess")
+    assert started_by_torch({}, process_name="SpawnProcess-1")
+    assert started_by_torch({"RANK": "1", "WORLD_SIZE": "2"}, process_name="MainProcess")  # a user's launcher
+    assert not started_by_torch({}, process_name="MainProcess")
+    assert not started_by_torch({**torchrun, "PMI_RANK": "0"}, process_name="MainProcess")
+    assert not started_by_torch({"OMPI_COMM_WORLD_SIZE": "2"}, process_name="SpawnProcess-1")
 
 
 def test_torch_variables_from_each_mpi_launcher():

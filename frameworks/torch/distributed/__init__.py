@@ -18,22 +18,29 @@ BACKEND = "hvdlite"
 
 def _create_backend(options, _backend_options=None):
     """torch.distributed's creator for one process group (its extended API: the group's ranks in the job)."""
-    from hvdlite import basics
+    from hvdlite import basics, mpi_start
+    from hvdlite._native import MPI
     from hvdlite.process_sets import add_process_set_of_members
 
     from . import extension
 
+    timeout = options.timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    ranks = [int(r) for r in options.global_ranks_in_group]
+    if not ranks and not MPI.Is_initialized():  # processes torch's launchers started: they meet in its store
+        mpi_start.join_through_store(options.store, options.group_rank, options.group_size, seconds)
     if not basics.is_initialized():
         basics.init()
-    ranks = [int(r) for r in options.global_ranks_in_group]
     if not ranks:  # the world group
         if options.group_size != basics.size() or options.group_rank != basics.rank():
             raise RuntimeError(
                 f"hvdlite's torch.distributed backend runs on the ranks of one MPI job, as hvdliterun or mpiexec "
                 f"starts them: torch asked for rank {options.group_rank} of {options.group_size}, while this process "
-                f"is rank {basics.rank()} of an MPI job of {basics.size()}. Processes started by torchrun or "
-                "torch.multiprocessing.spawn are not one MPI job: start the script with hvdliterun -np N (it sets "
-                "torchrun's variables), see docs/torch_distributed.md")
+                f"is rank {basics.rank()} of an MPI job of {basics.size()}. Processes that torchrun or "
+                "torch.multiprocessing.spawn started become one MPI job here only where MPI has not started before "
+                "(neither mpi4py imported before hvdlite, nor hvd.init() before init_process_group under "
+                "torch.multiprocessing.spawn); or start the script with hvdliterun -np N (it sets torchrun's "
+                "variables), see docs/torch_distributed.md")
         ranks = list(range(basics.size()))
         process_set_id = 0
     else:
@@ -42,8 +49,6 @@ def _create_backend(options, _backend_options=None):
             raise RuntimeError(f"hvdlite: a process group's ranks must be in ascending order, as new_group sorts "
                                f"them; got {ranks}")
         process_set_id = process_set.process_set_id
-    timeout = options.timeout
-    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     return extension.load().create(options.group_rank, options.group_size, process_set_id, ranks,
                                    str(options.group_id), seconds)
 

@@ -1,0 +1,90 @@
+"""When this process starts MPI, and how.
+
+A process that an MPI launcher started (hvdliterun, mpiexec, a scheduler's PMI) starts MPI when hvdlite is
+imported, through mpi4py, so that a program may use mpi4py between importing hvdlite and ``hvd.init()``. A process
+that torch's launchers started (torchrun; ``torch.multiprocessing.spawn`` and other multiprocessing children; any
+launcher that sets torch's RANK and WORLD_SIZE without an MPI launcher's variables) is not yet one rank of an MPI job when it imports hvdlite: its MPI starts once the ranks meet, in
+``dist.init_process_group("hvdlite")`` through the store torch gives the backend, or in ``hvd.init()`` through the
+store of torchrun's agent (pmi/). A process of torch's that meets no one (a data loader worker, a run of one) starts
+MPI alone at ``hvd.init()``.
+"""
+import multiprocessing
+import os
+import sys
+
+# What MPI launchers set in the processes they start (MPICH's PMI, PMIx, Open MPI's, hydra's).
+_MPI_LAUNCHER_VARIABLES = ("PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMIX_NAMESPACE",
+                           "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+
+
+def started_by_torch(environ=None, process_name=None):
+    """Whether torch's launchers (or multiprocessing) started this process rather than an MPI launcher."""
+    environ = os.environ if environ is None else environ
+    if any(name in environ for name in _MPI_LAUNCHER_VARIABLES):
+        return False
+    if "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ):
+        return True  # torchrun's worker, or a rank that a launcher of the user's started for torch's env://
+    # A multiprocessing child has its name while it imports the main module (its parent_process() comes later).
+    process_name = multiprocessing.current_process().name if process_name is None else process_name
+    return process_name != "MainProcess"
+
+
+def import_mpi():
+    """mpi4py's MPI: started now, or, in a process that torch's launchers started, left to start later."""
+    if "mpi4py.MPI" not in sys.modules and started_by_torch():
+        import mpi4py
+        mpi4py.rc.initialize = False
+        mpi4py.rc.finalize = True  # at exit, though mpi4py did not start it
+    from mpi4py import MPI
+    return MPI
+
+
+def join_through_store(store, rank, size, timeout_seconds):
+    """Starts MPI as rank ``rank`` of ``size`` processes meeting through ``store`` (torch's Store)."""
+    from . import build_info
+    from ._native import MPI
+    from .pmi.join import join
+    family = build_info.mpi_family(MPI.Get_library_version())
+    if family == "Open MPI":  # its processes take their job from PMIx, which pmi/ does not serve
+        from .errors import HvdliteError
+        raise HvdliteError(
+            f"rank {rank} of {size} processes that torch's launcher started: they can become one MPI job with an MPI "
+            "of MPICH's family (MPICH, Intel MPI, MVAPICH), not with Open MPI, which hvdlite runs on here; start the "
+            "job with hvdliterun instead")
+    join(store, rank, size, timeout_seconds, _start_mpi)
+
+
+def start_for_init():
+    """hvd.init()'s start of MPI where it has not started: through torchrun's agent store for a rank of many that
+    torchrun started, else alone."""
+    from ._native import MPI
+    if MPI.Is_initialized():
+        return
+    environ = os.environ
+    size = int(environ.get("WORLD_SIZE") or 1)
+    if size == 1:
+        _start_mpi()
+        return
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not environ.get("MASTER_ADDR"):
+        from .errors import HvdliteError
+        raise HvdliteError(
+            f"this process is rank {environ.get('RANK')} of {size} that torch's launcher started, without a store "
+            "of torchrun's agent to meet the others through: call dist.init_process_group(\"hvdlite\") before "
+            "hvd.init() (its ranks become one MPI job there), or start the job with hvdliterun")
+    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed.constants import default_pg_timeout
+    # The prefix torch's own rendezvous gives each restart of torchrun's workers, so restarts never meet old keys.
+    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    agent_store = TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                           timeout=default_pg_timeout)
+    store = PrefixStore(f"/worker/attempt_{attempt}/hvdlite", agent_store)
+    join_through_store(store, int(environ["RANK"]), size, default_pg_timeout.total_seconds())
+
+
+def _start_mpi():
+    import mpi4py
+
+    from ._native import MPI
+    levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED, "serialized": MPI.THREAD_SERIALIZED,
+              "multiple": MPI.THREAD_MULTIPLE}
+    MPI.Init_thread(levels[mpi4py.rc.thread_level])
