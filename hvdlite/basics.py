@@ -32,7 +32,7 @@ def init(comm=None, process_sets=None):
     global _atexit_registered
     if lib.hvdlite_is_initialized():
         return
-    mpi_start.start_for_init()
+    mpi_start.start_for_init(MPI)
     settings = config.resolve()
     native_config, keepalive = config.to_native(ffi, settings)
     buffer = error_buffer()

@@ -3,10 +3,10 @@
 A process that an MPI launcher started (hvdliterun, mpiexec, a scheduler's PMI) starts MPI when hvdlite is
 imported, through mpi4py, so that a program may use mpi4py between importing hvdlite and ``hvd.init()``. A process
 that torch's launchers started (torchrun; ``torch.multiprocessing.spawn`` and other multiprocessing children; any
-launcher that sets torch's RANK and WORLD_SIZE without an MPI launcher's variables) is not yet one rank of an MPI job when it imports hvdlite: its MPI starts once the ranks meet, in
-``dist.init_process_group("hvdlite")`` through the store torch gives the backend, or in ``hvd.init()`` through the
-store of torchrun's agent (pmi/). A process of torch's that meets no one (a data loader worker, a run of one) starts
-MPI alone at ``hvd.init()``.
+launcher that sets torch's RANK and WORLD_SIZE and none of an MPI launcher's variables) is not yet one rank of an
+MPI job when it imports hvdlite: its MPI starts once the ranks meet, in ``dist.init_process_group("hvdlite")``
+through the store torch gives the backend, or in ``hvd.init()`` through the store of torchrun's agent (pmi/). A
+process of torch's that meets no one (a data loader worker, a run of one) starts MPI alone at ``hvd.init()``.
 """
 import multiprocessing
 import os
@@ -39,10 +39,10 @@ def import_mpi():
     return MPI
 
 
-def join_through_store(store, rank, size, timeout_seconds):
-    """Starts MPI as rank ``rank`` of ``size`` processes meeting through ``store`` (torch's Store)."""
+def join_through_store(MPI, store, rank, size, timeout_seconds):
+    """Starts MPI (mpi4py's, not started) as rank ``rank`` of ``size`` processes meeting through ``store`` (torch's
+    Store)."""
     from . import build_info
-    from ._native import MPI
     from .pmi.join import join
     family = build_info.mpi_family(MPI.Get_library_version())
     if family == "Open MPI":  # its processes take their job from PMIx, which pmi/ does not serve
@@ -51,19 +51,18 @@ def join_through_store(store, rank, size, timeout_seconds):
             f"rank {rank} of {size} processes that torch's launcher started: they can become one MPI job with an MPI "
             "of MPICH's family (MPICH, Intel MPI, MVAPICH), not with Open MPI, which hvdlite runs on here; start the "
             "job with hvdliterun instead")
-    join(store, rank, size, timeout_seconds, _start_mpi)
+    join(store, rank, size, timeout_seconds, lambda: _start_mpi(MPI))
 
 
-def start_for_init():
-    """hvd.init()'s start of MPI where it has not started: through torchrun's agent store for a rank of many that
-    torchrun started, else alone."""
-    from ._native import MPI
+def start_for_init(MPI):
+    """hvd.init()'s start of mpi4py's MPI where it has not started: through torchrun's agent store for a rank of
+    many that torchrun started, else alone."""
     if MPI.Is_initialized():
         return
     environ = os.environ
     size = int(environ.get("WORLD_SIZE") or 1)
     if size == 1:
-        _start_mpi()
+        _start_mpi(MPI)
         return
     if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not environ.get("MASTER_ADDR"):
         from .errors import HvdliteError
@@ -78,13 +77,11 @@ def start_for_init():
     agent_store = TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
                            timeout=default_pg_timeout)
     store = PrefixStore(f"/worker/attempt_{attempt}/hvdlite", agent_store)
-    join_through_store(store, int(environ["RANK"]), size, default_pg_timeout.total_seconds())
+    join_through_store(MPI, store, int(environ["RANK"]), size, default_pg_timeout.total_seconds())
 
 
-def _start_mpi():
+def _start_mpi(MPI):
     import mpi4py
-
-    from ._native import MPI
     levels = {"single": MPI.THREAD_SINGLE, "funneled": MPI.THREAD_FUNNELED, "serialized": MPI.THREAD_SERIALIZED,
               "multiple": MPI.THREAD_MULTIPLE}
     MPI.Init_thread(levels[mpi4py.rc.thread_level])

@@ -23,6 +23,18 @@ def is_this_host(name, local_names=None):
     return name in (local_names if local_names is not None else this_host_names())
 
 
+def first_answering(candidates, seconds=3):
+    """The first (host, port) of ``candidates`` that accepts a TCP connection, tried in order (``seconds`` each);
+    None when none does."""
+    for host, port in candidates:
+        try:
+            with socket.create_connection((host, port), timeout=seconds):
+                return host, port
+        except OSError:
+            continue
+    return None
+
+
 def launcher_probe(launcher_exec, host, ssh_args=()):
     """argv that runs `true` on host the way mpiexec will start its proxy there (ssh unless a launcher is given;
     ssh_args, such as -p PORT, go to either)."""

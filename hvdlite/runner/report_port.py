@@ -112,6 +112,12 @@ def report_addresses(host_names, interfaces=()):
     return (LOOPBACK, *dict.fromkeys(given))
 
 
+def ipv4_addresses():
+    """This host's IPv4 addresses other than loopback, in the order of its interfaces."""
+    found = (interface_address(name) for _, name in socket.if_nameindex() if name != "lo")
+    return [address for address in dict.fromkeys(found) if address]
+
+
 def interface_address(name):
     """The IPv4 address of a network interface of this host (SIOCGIFADDR), None where it has none."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

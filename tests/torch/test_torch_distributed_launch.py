@@ -125,46 +125,7 @@ def test_a_dead_rank_ends_the_job_promptly(tmp_path):
     assert took < 60, f"the job took {took:.0f} s to end after a rank died"
 
 
-# A whole job's checks, run on every rank however the ranks were started: torch's rank and size are the MPI job's;
-# an all_reduce equals the float64 sum of every rank's inputs; DDP's parameters after 4 steps equal those of one
-# process training on every rank's batches; each rank writes what it saw (rank, host, local rank and size) to the
-# folder given as its first argument.
-JOB_CHECKS = """
-import json, os, socket, sys
-import torch, torch.distributed as dist
-import hvdlite.torch as hvd
-
-def check_job(out):
-    rank, size = dist.get_rank(), dist.get_world_size()
-    assert (hvd.rank(), hvd.size()) == (rank, size), (hvd.rank(), hvd.size(), rank, size)
-
-    def inputs(r):
-        return torch.arange(1000, dtype=torch.float64) * (r + 1) + 0.5 * r
-    x = inputs(rank)
-    dist.all_reduce(x)
-    assert torch.equal(x, sum(inputs(r) for r in range(size))), x[:4]
-
-    def batch(step, r):
-        return torch.randn(8, 16, generator=torch.Generator().manual_seed(100 * step + r), dtype=torch.float64)
-    torch.manual_seed(0)
-    reference = torch.nn.Linear(16, 4).double()
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4).double())
-    model.module.load_state_dict(reference.state_dict())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for step in range(4):
-        optimizer.zero_grad()
-        model(batch(step, rank)).pow(2).mean().backward()
-        optimizer.step()
-        reference_optimizer.zero_grad()
-        (sum(reference(batch(step, r)).pow(2).mean() for r in range(size)) / size).backward()
-        reference_optimizer.step()
-    for trained, expected in zip(model.module.parameters(), reference.parameters()):
-        assert torch.allclose(trained, expected, rtol=0, atol=1e-12), (trained - expected).abs().max()
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "size": size, "host": socket.gethostname(), "local_rank": hvd.local_rank(),
-                   "local_size": hvd.local_size()}, f)
-"""
+ONE_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "one_job.py")
 
 
 def torchrun_argv(nprocs, script, out):
@@ -183,20 +144,19 @@ def check_one_host_reports(out, size):
 
 @pytest.mark.parametrize("nranks", [2, pytest.param(3, marks=pytest.mark.long)])
 def test_ranks_torchrun_started_become_one_mpi_job(tmp_path, nranks):
-    script = program(tmp_path, JOB_CHECKS + textwrap.dedent("""
-        dist.init_process_group("hvdlite")
-        check_job(sys.argv[1])
-        dist.destroy_process_group()
-    """))
-    code, output = run(torchrun_argv(nranks, script, tmp_path), timeout=240, env=launched_env())
+    code, output = run(torchrun_argv(nranks, ONE_JOB, tmp_path), timeout=240, env=launched_env())
     assert code == 0, output[-5000:]
     check_one_host_reports(tmp_path, nranks)
 
 
 @pytest.mark.long
 def test_ranks_torch_multiprocessing_spawn_started_become_one_mpi_job(tmp_path):
-    script = program(tmp_path, JOB_CHECKS + textwrap.dedent("""
+    script = program(tmp_path, f"""
+        import os, socket, sys
+        sys.path.insert(0, {os.path.dirname(ONE_JOB)!r})
+        import torch.distributed as dist
         import torch.multiprocessing as mp
+        from one_job import check_job
 
         def worker(rank, size, port, out):
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -209,10 +169,32 @@ def test_ranks_torch_multiprocessing_spawn_started_become_one_mpi_job(tmp_path):
                 probe.bind(("127.0.0.1", 0))
                 port = probe.getsockname()[1]
             mp.spawn(worker, args=(3, port, sys.argv[1]), nprocs=3)
-    """))
+    """)
     code, output = run([sys.executable, script, str(tmp_path)], timeout=240, env=launched_env())
     assert code == 0, output[-5000:]
     check_one_host_reports(tmp_path, 3)
+
+
+@pytest.mark.long
+def test_torchrun_restarts_the_workers_as_a_new_mpi_job(tmp_path):
+    """torchrun --max-restarts 1: rank 1 of the first attempt dies after a step; torchrun ends rank 0 and starts
+    both again, and the new workers make a new MPI job (a new PMI server) that passes the job's checks."""
+    script = program(tmp_path, f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(ONE_JOB)!r})
+        import torch, torch.distributed as dist
+        from one_job import check_job
+        dist.init_process_group("hvdlite")
+        dist.all_reduce(torch.ones(4))
+        if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and dist.get_rank() == 1:
+            os._exit(5)
+        check_job(sys.argv[1])
+        dist.destroy_process_group()
+    """)
+    torchrun = torchrun_argv(2, script, tmp_path)
+    code, output = run(torchrun[:3] + ["--max-restarts", "1"] + torchrun[3:], timeout=240, env=launched_env())
+    assert code == 0, output[-5000:]
+    check_one_host_reports(tmp_path, 2)
 
 
 @pytest.mark.long
@@ -246,10 +228,10 @@ def test_a_rank_lost_before_mpi_starts_fails_the_others_within_the_timeout(tmp_p
         import hvdlite.torch
         join = hvdlite.mpi_start.join_through_store
 
-        def join_or_end(store, rank, size, timeout_seconds):
+        def join_or_end(MPI, store, rank, size, timeout_seconds):
             if rank == 2:
                 os._exit(3)  # ends as a lost worker does, past torch's rendezvous
-            join(store, rank, size, timeout_seconds)
+            join(MPI, store, rank, size, timeout_seconds)
         hvdlite.mpi_start.join_through_store = join_or_end
         dist.init_process_group("hvdlite", timeout=datetime.timedelta(seconds=5))
         print("joined", dist.get_rank(), flush=True)

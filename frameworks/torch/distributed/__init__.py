@@ -28,7 +28,7 @@ def _create_backend(options, _backend_options=None):
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
     ranks = [int(r) for r in options.global_ranks_in_group]
     if not ranks and not MPI.Is_initialized():  # processes torch's launchers started: they meet in its store
-        mpi_start.join_through_store(options.store, options.group_rank, options.group_size, seconds)
+        mpi_start.join_through_store(MPI, options.store, options.group_rank, options.group_size, seconds)
     if not basics.is_initialized():
         basics.init()
     if not ranks:  # the world group

@@ -13,6 +13,9 @@ import socket
 from torch.distributed import TCPStore
 from torch.distributed.constants import default_pg_timeout
 
+from hvdlite.runner.reachability import first_answering
+from hvdlite.runner.report_port import ipv4_addresses
+
 # The module (torch.distributed's own attribute of that name is its function).
 torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
@@ -64,32 +67,12 @@ def _master_hosts(single_host):
         return [os.environ["MASTER_ADDR"]]
     if single_host:
         return ["127.0.0.1"]
-    return [socket.getfqdn(), *_ipv4_addresses()]
-
-
-def _ipv4_addresses():
-    import fcntl
-    import struct
-    addresses = []
-    for _, name in socket.if_nameindex():
-        if name == "lo":
-            continue
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                request = struct.pack("256s", name[:15].encode())
-                addresses.append(socket.inet_ntoa(fcntl.ioctl(probe.fileno(), 0x8915, request)[20:24]))  # SIOCGIFADDR
-        except OSError:  # no IPv4 address on it
-            pass
-    return addresses
+    return [socket.getfqdn(), *ipv4_addresses()]
 
 
 def _first_reachable(candidates):
-    """The first (host, port) that accepts a connection (tried in order, a few seconds each)."""
-    for host, port in candidates:
-        try:
-            with socket.create_connection((host, port), timeout=3):
-                return host, port
-        except OSError:
-            continue
-    raise RuntimeError(f"hvdlite: rank 0's store for torch.distributed answers on none of {candidates}; set "
-                       "MASTER_ADDR to an address of rank 0's host that the other hosts reach")
+    found = first_answering(candidates)
+    if found is None:
+        raise RuntimeError(f"hvdlite: rank 0's store for torch.distributed answers on none of {candidates}; set "
+                           "MASTER_ADDR to an address of rank 0's host that the other hosts reach")
+    return found
