@@ -1,6 +1,6 @@
 """Hugging Face Accelerate on the hvdlite backend: the process group made first, which the Accelerator then uses
 (its CPU mode picks gloo or mpi itself); trains an MLP on the digits (run by
-tests/torch/test_torch_distributed_ecosystem.py under hvdliterun)."""
+tests/torch/test_torch_distributed_ecosystem.py under hvdliterun and torchrun)."""
 import os
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist

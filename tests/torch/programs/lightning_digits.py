@@ -1,5 +1,6 @@
 """Lightning's Trainer with DDPStrategy(process_group_backend="hvdlite") trains an MLP on the digits (run by
-tests/torch/test_torch_distributed_ecosystem.py under hvdliterun; one rank: no strategy)."""
+tests/torch/test_torch_distributed_ecosystem.py under hvdliterun and torchrun, its size from WORLD_SIZE; one rank:
+no strategy)."""
 import os, sys
 import torch, torch.nn as nn, torch.nn.functional as F
 import lightning as L
