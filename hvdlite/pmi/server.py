@@ -46,7 +46,7 @@ class Job:
         names only the PMI call that failed."""
         if self.failure is None:
             self.failure = why
-            print(f"hvdlite: the MPI job's start failed: {why}", file=sys.stderr, flush=True)
+            print(f"hvdlite's PMI server: {why}", file=sys.stderr, flush=True)
         self.changed.notify_all()
 
     def connect(self, rank):
