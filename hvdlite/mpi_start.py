@@ -12,15 +12,13 @@ import multiprocessing
 import os
 import sys
 
-# What MPI launchers set in the processes they start (MPICH's PMI, PMIx, Open MPI's, hydra's).
-_MPI_LAUNCHER_VARIABLES = ("PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMIX_NAMESPACE",
-                           "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+from .logging import launcher_rank, launcher_size
 
 
 def started_by_torch(environ=None, process_name=None):
     """Whether torch's launchers (or multiprocessing) started this process rather than an MPI launcher."""
     environ = os.environ if environ is None else environ
-    if any(name in environ for name in _MPI_LAUNCHER_VARIABLES):
+    if launcher_rank(environ) is not None or launcher_size(environ) is not None:  # an MPI launcher's variables
         return False
     if "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ):
         return True  # torchrun's worker, or a rank that a launcher of the user's started for torch's env://
@@ -70,14 +68,11 @@ def start_for_init(MPI):
             f"this process is rank {environ.get('RANK')} of {size} that torch's launcher started, without a store "
             "of torchrun's agent to meet the others through: call dist.init_process_group(\"hvdlite\") before "
             "hvd.init() (its ranks become one MPI job there), or start the job with hvdliterun")
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import TCPStore
     from torch.distributed.constants import default_pg_timeout
-    # The prefix torch's own rendezvous gives each restart of torchrun's workers, so restarts never meet old keys.
-    attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     agent_store = TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
                            timeout=default_pg_timeout)
-    store = PrefixStore(f"/worker/attempt_{attempt}/hvdlite", agent_store)
-    join_through_store(MPI, store, int(environ["RANK"]), size, default_pg_timeout.total_seconds())
+    join_through_store(MPI, agent_store, int(environ["RANK"]), size, default_pg_timeout.total_seconds())
 
 
 def _start_mpi(MPI):
