@@ -7,9 +7,7 @@ through the GPU fusion buffer, joined ranks, the NCCL unique id over MPI, versio
 ranks, and that an asynchronous NCCL error ends the process. They are no evidence that anything works on a GPU
 or with NCCL: tests/gpu/run.sh, on a GPU machine, is.
 """
-import ctypes
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -17,35 +15,13 @@ import pytest
 
 import hvdlite as hvd
 from harness.multirank import job_size
-from harness.processes import ROOT, run, venv_tool
+from harness.gpu_doubles import ENV, build as build_doubles, doubles
+from harness.processes import run, venv_tool
 from harness.reference import check_close, rank_input, reduce_reference
 from hvdlite import gpu
 from hvdlite.requests import Collective, Request, address, dtype_name, submit, submit_group
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DOUBLES = os.path.join(ROOT, "build", "gpu_doubles")
-CUDA_DOUBLE = os.path.join(DOUBLES, "libcuda.so.1")
-NCCL_DOUBLE = os.path.join(DOUBLES, "libnccl.so.2")
-ENV = {"LD_LIBRARY_PATH": os.path.abspath(DOUBLES), "HVDLITE_NCCL_LIBRARY": os.path.abspath(NCCL_DOUBLE)}
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
-
-
-def build_doubles():
-    """Compiles the doubles (once, in the outer pytest: the ranks' jobs find them built)."""
-    sources = [os.path.join(HERE, "doubles", name) for name in ("fake_cuda.c", "fake_nccl.c")]
-    newest = max(os.path.getmtime(s) for s in sources)
-    if all(os.path.exists(p) and os.path.getmtime(p) >= newest for p in (CUDA_DOUBLE, NCCL_DOUBLE)):
-        return
-    os.makedirs(DOUBLES, exist_ok=True)
-    # The compilers run without a sanitizer's runtime that the outer pytest may have preloaded (gcc crashed under
-    # ThreadSanitizer's).
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-soname,libcuda.so.1", "-o",
-                    CUDA_DOUBLE, sources[0], "-lpthread"], check=True, env=env)
-    subprocess.run([venv_tool("mpicc"), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
-                    "-Wl,-soname,libnccl.so.2", "-o", NCCL_DOUBLE, sources[1], "-L", DOUBLES, "-l:libcuda.so.1",
-                    "-lm"], check=True, env=env)
-
 
 if job_size() is None:
     build_doubles()
@@ -60,33 +36,6 @@ def started():
     status = gpu.gpu_status()
     assert status["nccl_collectives"] and status["nccl_path"].endswith("libnccl.so.2"), status
     yield
-
-
-class Doubles:
-    """The CUDA double's test hooks (the core opened the same library: one copy in the process)."""
-
-    def __init__(self):
-        self.cuda = ctypes.CDLL(CUDA_DOUBLE)
-        self.nccl = ctypes.CDLL(NCCL_DOUBLE)
-        self.cuda.fake_cuda_fill_f64.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_size_t]
-        self.cuda.fake_cuda_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        self.cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
-        self.nccl.fake_nccl_allreduce_calls.restype = ctypes.c_long
-        self.nccl.fake_nccl_calls.restype = ctypes.c_long
-
-    def stream(self):
-        handle = ctypes.c_void_p()
-        assert self.cuda.cuStreamCreate(ctypes.byref(handle), 0) == 0
-        return handle.value
-
-
-DOUBLE = None
-
-
-def doubles():
-    global DOUBLE
-    DOUBLE = DOUBLE or Doubles()
-    return DOUBLE
 
 
 def gpu_request(collective, name, array, output, stream, op=hvd.Sum, prescale=1.0, postscale=1.0, root=0,

@@ -2,8 +2,8 @@
 started, and DDP, FSDP2, ZeroRedundancyOptimizer, DeviceMesh, Lightning or Accelerate code runs its collectives
 on hvdlite's core.
 
-Importing hvdlite.torch registers the backend (for CPU tensors: "cpu:hvdlite,cuda:nccl" puts CUDA tensors on
-NCCL). Each process group's backend is a C++ ``c10d::Backend`` (extension.py) over the group's process set: the
+Importing hvdlite.torch registers the backend for CPU and CUDA tensors (CUDA tensors go through the core's NCCL
+path; "cpu:hvdlite,cuda:nccl" puts them on torch's NCCL backend instead). Each process group's backend is a C++ ``c10d::Backend`` (extension.py) over the group's process set: the
 world group is hvdlite's global set, a group of some ranks the set its members ask for. The ranks must be one MPI
 job: the backend refuses a world that torch's launchers made of separate processes, saying so. Where torch is
 given no rendezvous (no MASTER_ADDR / RANK, as under a plain mpiexec), rank 0 of the MPI job serves torch's store
@@ -50,14 +50,29 @@ def _create_backend(options, _backend_options=None):
                                f"them; got {ranks}")
         process_set_id = process_set.process_set_id
     return extension.load().create(options.group_rank, options.group_size, process_set_id, ranks,
-                                   str(options.group_id), seconds)
+                                   str(options.group_id), seconds, _gpu_unavailable())
+
+
+def _gpu_unavailable():
+    """Why CUDA tensors cannot go through the core's NCCL path in this process ("" where they can, or where torch
+    has no CUDA, so that no CUDA tensor can come)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    from hvdlite import gpu
+    if gpu.collectives_available():
+        return ""
+    status = gpu.gpu_status()
+    missing = status["collectives_reason"].split(": ", 1)[-1]  # "no CUDA driver", "NCCL not found", ...
+    return "; ".join(part for part in (missing, status["nccl_reason"] or status["cuda_reason"]) if part)
 
 
 def register():
     """Registers the "hvdlite" backend with torch.distributed (once; import hvdlite.torch does it)."""
     if not dist.is_available() or hasattr(dist.Backend, BACKEND.upper()):
         return
-    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cpu", "cuda"])
     from . import rendezvous
     rendezvous.install()
 

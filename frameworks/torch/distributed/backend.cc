@@ -31,8 +31,6 @@ int32_t CoreDtype(const at::Tensor &t) {
 
 void CheckTensor(const at::Tensor &t, const char *collective) {
   TORCH_CHECK(t.defined(), "hvdlite: ", collective, " got an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "hvdlite: ", collective, " takes CPU tensors; got one on ", t.device(),
-              ". Put CUDA tensors on NCCL: init_process_group(backend=\"cpu:hvdlite,cuda:nccl\")");
   TORCH_CHECK(t.layout() == at::kStrided, "hvdlite: ", collective, " takes dense tensors; got layout ", t.layout());
   TORCH_CHECK_TYPE(CoreDtype(t) >= 0, "hvdlite: ", collective, " does not take dtype ", t.scalar_type(),
                    " (it takes uint8, int8, int16, int32, int64, uint16, bool, float16, bfloat16, float32, "
@@ -107,12 +105,13 @@ void Split(const at::Tensor &flat, const std::vector<at::Tensor> &targets, const
 }  // namespace
 
 HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::vector<int64_t> global_ranks,
-                               std::string group_name, std::chrono::milliseconds timeout)
+                               std::string group_name, std::chrono::milliseconds timeout, std::string gpu_unavailable)
     : Backend(rank, size),
       set_id_(process_set_id),
       global_ranks_(std::move(global_ranks)),
       group_name_(std::move(group_name)),
       timeout_(timeout),
+      gpu_unavailable_(std::move(gpu_unavailable)),
       completer_(std::make_unique<Completer>()) {}
 
 HvdliteBackend::~HvdliteBackend() {
@@ -175,15 +174,20 @@ c10::intrusive_ptr<c10d::Backend> HvdliteBackend::Subgroup(const std::vector<int
   hvdlite_release(adding);
   return c10::make_intrusive<HvdliteBackend>(static_cast<int>(me - group_ranks.begin()),
                                              static_cast<int>(group_ranks.size()), set_id, std::move(global),
-                                             std::move(name), timeout);
+                                             std::move(name), timeout, gpu_unavailable_);
 }
 
 std::string HvdliteBackend::NextName() {
   return "c10d." + group_name_ + "." + std::to_string(calls_++);
 }
 
+Placement HvdliteBackend::PlacementOf(const std::vector<at::Tensor> &tensors, const char *collective) const {
+  return hvdlite_c10d::PlacementOf(tensors, collective, gpu_unavailable_);
+}
+
 HvdliteBackend::Request HvdliteBackend::MakeRequest(int32_t collective, const std::string &name,
-                                                    const at::Tensor &input, void *output) const {
+                                                    const at::Tensor &input, void *output,
+                                                    const Placement &placement) const {
   Request r;
   r.name = name;
   if (input.defined()) r.shape.assign(input.sizes().begin(), input.sizes().end());
@@ -197,6 +201,9 @@ HvdliteBackend::Request HvdliteBackend::MakeRequest(int32_t collective, const st
   q.prescale_factor = 1.0;
   q.postscale_factor = 1.0;
   q.process_set_id = set_id_;
+  q.gpu = placement.gpu ? 1 : 0;
+  q.gpu_device = placement.device;
+  q.gpu_stream = placement.stream;
   return r;
 }
 
@@ -224,9 +231,10 @@ std::vector<hvdlite_handle> HvdliteBackend::Enqueue(std::vector<Request> &reques
 }
 
 c10::intrusive_ptr<HvdliteWork> HvdliteBackend::NewWork(c10d::OpType type, const std::string &what,
-                                                        std::vector<at::Tensor> outputs) const {
+                                                        std::vector<at::Tensor> outputs,
+                                                        const Placement &placement) const {
   return c10::make_intrusive<HvdliteWork>(rank_, type, what + " of process group '" + group_name_ + "'",
-                                          std::move(outputs), timeout_);
+                                          std::move(outputs), timeout_, placement);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::Start(c10::intrusive_ptr<HvdliteWork> work) {
@@ -252,17 +260,18 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   if (IsBitwise(op)) return ReduceBitwise(std::move(tensors), std::move(results), op, type, collective);
   double prescale;
   const int32_t core_op = CoreOp(op, &prescale);
+  const Placement placement = PlacementOf(tensors, collective);
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(), buffer, buffer.data_ptr());
+    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(), buffer, buffer.data_ptr(), placement);
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
     buffers.push_back(buffer);
   }
-  auto work = NewWork(type, collective, outputs.empty() ? results : outputs);
+  auto work = NewWork(type, collective, outputs.empty() ? results : outputs, placement);
   work->finish = [buffers, results, after](const std::vector<hvdlite_handle> &) {
     CopyBack(results, buffers);  // or into the caller's tensor, where these were copies (reduce)
     if (after) after();
@@ -323,20 +332,35 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
                                                       c10d::OpType type, const char *collective,
                                                       std::function<void(size_t, const at::Tensor &)> place) {
   CheckTensors(inputs, collective);
-  std::vector<at::Tensor> flats;
+  const Placement placement = PlacementOf(inputs, collective);
+  std::vector<at::Tensor> keep;
+  std::vector<at::Tensor> gathered;  // GPU: the outputs the core writes (on the device, one row per rank)
   std::vector<Request> requests;
   for (const at::Tensor &t : inputs) {
     at::Tensor flat = Flat(t);
-    requests.push_back(MakeRequest(HVDLITE_ALLGATHER, NextName(), flat, nullptr));
-    flats.push_back(flat);
+    Request r = MakeRequest(HVDLITE_ALLGATHER, NextName(), flat, nullptr, placement);
+    if (placement.gpu) {
+      // Each rank sends one row of its elements: the core then checks that every rank sends as many (the output
+      // is sized for that) instead of writing past the output.
+      r.shape = {1, flat.numel()};
+      r.request.ndim = 2;
+      at::Tensor out = at::empty({static_cast<int64_t>(size_) * flat.numel()}, flat.options());
+      r.request.output = out.data_ptr();
+      gathered.push_back(out);
+      keep.push_back(out);
+    }
+    requests.push_back(std::move(r));
+    keep.push_back(flat);
   }
-  auto work = NewWork(type, collective, outputs);
+  auto work = NewWork(type, collective, outputs, placement);
   std::vector<at::ScalarType> dtypes;
   for (const at::Tensor &t : inputs) dtypes.push_back(t.scalar_type());
-  work->finish = [place, dtypes](const std::vector<hvdlite_handle> &handles) {
-    for (size_t i = 0; i < handles.size(); ++i) place(i, CoreOutput(handles[i], dtypes[i]));
+  work->finish = [place, dtypes, gathered](const std::vector<hvdlite_handle> &handles) {
+    for (size_t i = 0; i < handles.size(); ++i) {
+      place(i, gathered.empty() ? CoreOutput(handles[i], dtypes[i]) : gathered[i]);
+    }
   };
-  return Start(work, requests, collective, flats);
+  return Start(work, requests, collective, keep);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -421,6 +445,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   CheckRoot(opts.rootRank, "scatter");
   at::Tensor output = outputs[0];
   CheckTensor(output, "scatter");
+  const Placement placement = PlacementOf({output}, "scatter");
   // An all-to-all in which only the root sends: its pieces, one per rank.
   at::Tensor send;
   std::vector<int32_t> splits(size_, 0);
@@ -439,10 +464,17 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   } else {
     send = at::empty({0}, output.options());
   }
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
+  if (placement.gpu) {
+    std::vector<int64_t> expected(size_, 0);
+    expected[opts.rootRank] = output.numel();
+    at::Tensor received = at::empty({output.numel()}, output.options());
+    return AllToAllOnGpu(send, splits, expected, received, c10d::OpType::SCATTER, "scatter", outputs, placement,
+                         [output, received] { output.copy_(received.view(output.sizes())); });
+  }
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr, placement);
   r.splits = splits;
   std::vector<Request> requests{std::move(r)};
-  auto work = NewWork(c10d::OpType::SCATTER, "scatter", outputs);
+  auto work = NewWork(c10d::OpType::SCATTER, "scatter", outputs, placement);
   const at::ScalarType dtype = output.scalar_type();
   work->finish = [output, dtype](const std::vector<hvdlite_handle> &handles) {
     Split(CoreOutput(handles[0], dtype), {output}, "scatter");
@@ -457,8 +489,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
   CheckTensor(input, "all_to_all_single");
   CheckTensor(output, "all_to_all_single");
   TORCH_CHECK_VALUE(input.dim() >= 1, "hvdlite: all_to_all_single needs at least one dimension");
+  const Placement placement = PlacementOf({input, output}, "all_to_all_single");
   at::Tensor send = input.contiguous();
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr, placement);
   if (input_split_sizes.empty()) {
     TORCH_CHECK_VALUE(input.size(0) % size_ == 0, "hvdlite: all_to_all_single without splits needs a first "
                       "dimension divisible by the group's size ", size_, "; got ", input.size(0));
@@ -467,8 +500,22 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
                       size_, " input split sizes; got ", input_split_sizes.size());
     for (int64_t s : input_split_sizes) r.splits.push_back(SplitOf(s, "all_to_all_single"));
   }
+  if (placement.gpu) {
+    std::vector<int32_t> send_rows = r.splits;
+    if (send_rows.empty()) send_rows.assign(size_, SplitOf(input.size(0) / size_, "all_to_all_single"));
+    std::vector<int64_t> expected = output_split_sizes;
+    if (expected.empty()) {
+      TORCH_CHECK_VALUE(output.dim() >= 1 && output.size(0) % size_ == 0, "hvdlite: all_to_all_single without "
+                        "output splits needs an output whose first dimension is divisible by the group's size ",
+                        size_);
+      expected.assign(size_, output.size(0) / size_);
+    }
+    at::Tensor received = output.contiguous();
+    return AllToAllOnGpu(send, send_rows, expected, received, c10d::OpType::ALLTOALL_BASE, "all_to_all_single",
+                         {output}, placement, [output, received] { CopyBack({output}, {received}); });
+  }
   std::vector<Request> requests{std::move(r)};
-  auto work = NewWork(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output});
+  auto work = NewWork(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, placement);
   const int size = size_;
   std::vector<int64_t> expected = output_split_sizes;
   work->finish = [output, expected, size](const std::vector<hvdlite_handle> &handles) {
@@ -492,6 +539,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
                     "hvdlite: all_to_all needs ", size_, " input and output tensors");
   CheckTensors(inputs, "all_to_all");
   CheckTensors(outputs, "all_to_all");
+  std::vector<at::Tensor> both = inputs;
+  both.insert(both.end(), outputs.begin(), outputs.end());
+  const Placement placement = PlacementOf(both, "all_to_all");
   std::vector<at::Tensor> flats;
   std::vector<int32_t> splits;
   for (const at::Tensor &t : inputs) {
@@ -500,15 +550,65 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
     splits.push_back(SplitOf(t.numel(), "all_to_all"));
   }
   at::Tensor send = at::cat(flats);
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr);
+  std::vector<at::Tensor> targets = outputs;
+  if (placement.gpu) {
+    std::vector<int64_t> expected;
+    int64_t total = 0;
+    for (const at::Tensor &t : outputs) {
+      expected.push_back(t.numel());
+      total += t.numel();
+    }
+    at::Tensor received = at::empty({total}, outputs[0].options());
+    return AllToAllOnGpu(send, splits, expected, received, c10d::OpType::ALLTOALL, "all_to_all", outputs, placement,
+                         [targets, received] { Split(received, targets, "all_to_all"); });
+  }
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr, placement);
   r.splits = splits;
   std::vector<Request> requests{std::move(r)};
-  auto work = NewWork(c10d::OpType::ALLTOALL, "all_to_all", outputs);
-  std::vector<at::Tensor> targets = outputs;
+  auto work = NewWork(c10d::OpType::ALLTOALL, "all_to_all", outputs, placement);
   work->finish = [targets](const std::vector<hvdlite_handle> &handles) {
     Split(CoreOutput(handles[0], targets[0].scalar_type()), targets, "all_to_all");
   };
   return Start(work, requests, "all_to_all", {send});
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::AllToAllOnGpu(at::Tensor send, std::vector<int32_t> send_rows,
+                                                             std::vector<int64_t> receive_rows, at::Tensor received,
+                                                             c10d::OpType type, const char *collective,
+                                                             std::vector<at::Tensor> outputs,
+                                                             const Placement &placement, std::function<void()> after) {
+  // What every rank sends to every rank and expects from it, gathered on the host first.
+  at::Tensor plan = at::empty({2 * static_cast<int64_t>(size_)}, at::TensorOptions().dtype(at::kLong));
+  for (int r = 0; r < size_; ++r) {
+    plan[r] = static_cast<int64_t>(send_rows[r]);
+    plan[size_ + r] = receive_rows[r];
+  }
+  std::vector<Request> agree{MakeRequest(HVDLITE_ALLGATHER, NextName(), plan, nullptr, Placement())};
+  const std::string name = NextName();  // the data's call, numbered now: names follow the order of the calls
+  auto work = NewWork(type, collective, std::move(outputs), placement);
+  work->keep_alive = {send, received, plan};
+  work->handles = Enqueue(agree, collective);
+  const int size = size_;
+  work->next_stage = [this, send, send_rows, received, name, placement, size,
+                      collective](const std::vector<hvdlite_handle> &done) {
+    at::Tensor all = CoreOutput(done[0], at::kLong);
+    TORCH_CHECK_VALUE(all.numel() == 2 * size * size, "hvdlite: ", collective, ": the ranks' plans differ in size");
+    const int64_t *rows = all.data_ptr<int64_t>();
+    for (int from = 0; from < size; ++from) {
+      for (int to = 0; to < size; ++to) {
+        const int64_t sent = rows[from * 2 * size + to];
+        const int64_t expected = rows[to * 2 * size + size + from];
+        TORCH_CHECK_VALUE(sent == expected, "hvdlite: ", collective, " of CUDA tensors: rank ", from, " sends ", sent,
+                          " rows to rank ", to, ", whose output has room for ", expected, " from it");
+      }
+    }
+    Request r = MakeRequest(HVDLITE_ALLTOALL, name, send, received.data_ptr(), placement);
+    r.splits = send_rows;
+    std::vector<Request> requests{std::move(r)};
+    return Enqueue(requests, collective);
+  };
+  work->finish = [after](const std::vector<hvdlite_handle> &) { after(); };
+  return Start(std::move(work));
 }
 
 // ---- broadcast, reduce-scatter, barrier ----
@@ -517,16 +617,17 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor>
                                                          const c10d::BroadcastOptions &opts) {
   CheckTensors(tensors, "broadcast");
   CheckRoot(opts.rootRank, "broadcast");
+  const Placement placement = PlacementOf(tensors, "broadcast");
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_BROADCAST, NextName(), buffer, buffer.data_ptr());
+    Request r = MakeRequest(HVDLITE_BROADCAST, NextName(), buffer, buffer.data_ptr(), placement);
     r.request.root_rank = static_cast<int32_t>(opts.rootRank);
     requests.push_back(std::move(r));
     buffers.push_back(buffer);
   }
-  auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors);
+  auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors, placement);
   std::vector<at::Tensor> targets = tensors;
   work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) { CopyBack(targets, buffers); };
   return Start(work, requests, "broadcast", buffers);
@@ -540,6 +641,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
   TORCH_CHECK_VALUE(!IsBitwise(op), "hvdlite: ", collective, " does not take bitwise ops (BAND, BOR, BXOR)");
   double prescale;
   const int32_t core_op = CoreOp(op, &prescale);
+  std::vector<at::Tensor> both = inputs;
+  both.insert(both.end(), outputs.begin(), outputs.end());
+  const Placement placement = PlacementOf(both, collective);
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> received;
   std::vector<Request> requests;
@@ -548,7 +652,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
                       size_, " x its output's ", outputs[i].numel(), " elements; got ", inputs[i].numel());
     at::Tensor flat = Flat(inputs[i]);
     at::Tensor out = outputs[i].contiguous();
-    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(), flat, out.data_ptr());
+    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(), flat, out.data_ptr(), placement);
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
@@ -556,7 +660,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
     keep.push_back(out);
     received.push_back(out);
   }
-  auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs);
+  auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs, placement);
   work->finish = [outputs, received](const std::vector<hvdlite_handle> &) { CopyBack(outputs, received); };
   return Start(work, requests, collective, keep);
 }
@@ -600,9 +704,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter_tensor_coalesced(s
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::barrier(const c10d::BarrierOptions &) {
-  Request r = MakeRequest(HVDLITE_BARRIER, NextName(), at::Tensor(), nullptr);
+  Request r = MakeRequest(HVDLITE_BARRIER, NextName(), at::Tensor(), nullptr, Placement());
   std::vector<Request> requests{std::move(r)};
-  auto work = NewWork(c10d::OpType::BARRIER, "barrier", {});
+  auto work = NewWork(c10d::OpType::BARRIER, "barrier", {}, Placement());
   return Start(work, requests, "barrier", {});
 }
 
@@ -615,6 +719,8 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   CheckTensors(tensors, what);
   TORCH_CHECK_VALUE(peer >= 0 && peer < size_ && peer != rank_, "hvdlite: ", what, " with rank ", peer,
                     " of a group of ", size_, " (this is rank ", rank_, ")");
+  // The caller's stream now: the message goes in later (once the pair's set exists) but after what was on it.
+  const Placement placement = PlacementOf(tensors, what);
   const int source = sending ? rank_ : peer;
   const int destination = sending ? peer : rank_;
   at::Tensor target = tensors[0];
@@ -623,10 +729,10 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   at::Tensor buffer = sending ? target.clone(at::MemoryFormat::Contiguous) : target.contiguous();
   // In the pair's set, the rank with the lower rank in the job is 0.
   const int32_t root = (global_ranks_[source] < global_ranks_[destination]) ? 0 : 1;
-  auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors);
+  auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors, placement);
   c10::intrusive_ptr<c10d::Work> handed_out = work;
   if (sending) {
-    auto done = NewWork(c10d::OpType::SEND, what, tensors);
+    auto done = NewWork(c10d::OpType::SEND, what, tensors, Placement());
     done->Drive(0);  // no handles: completed now
     handed_out = done;
     work->unobserved = true;
@@ -639,8 +745,8 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   uint64_t &count = messages_[std::make_tuple(source, destination, tag)];
   const std::string name = "c10d." + group_name_ + ".p2p." + std::to_string(source) + "." +
                            std::to_string(destination) + "." + std::to_string(tag) + "." + std::to_string(count++);
-  auto enqueue = [this, name, buffer, root, what](int32_t id) {
-    Request r = MakeRequest(HVDLITE_BROADCAST, name, buffer, buffer.data_ptr());
+  auto enqueue = [this, name, buffer, root, what, placement](int32_t id) {
+    Request r = MakeRequest(HVDLITE_BROADCAST, name, buffer, buffer.data_ptr(), placement);
     r.request.root_rank = root;
     r.request.process_set_id = id;
     std::vector<Request> requests{std::move(r)};

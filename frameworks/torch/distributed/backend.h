@@ -1,8 +1,8 @@
 // hvdlite as a torch.distributed (c10d) backend: each collective of a process group becomes requests to hvdlite's
 // core on the group's process set, named by the group and the call's place in it (every rank calls a group's
 // collectives in the same order, as c10d requires), so the core's negotiation matches them across ranks and
-// reports a disagreement (dtype, shape, op) on every rank. CPU tensors only: a job puts its CUDA tensors on NCCL
-// with the backend string "cpu:hvdlite,cuda:nccl".
+// reports a disagreement (dtype, shape, op) on every rank. CUDA tensors go through the core's NCCL path (on the
+// caller's current stream, as torch's NCCL backend does), except for all-to-all and scatter.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,8 +27,9 @@ class HvdliteBackend : public c10d::Backend {
  public:
   // rank/size: this rank's place in the group; process_set_id: the core's set of the group's ranks;
   // global_ranks: the group's ranks in the job, in group order; group_name: the same on every rank.
+  // gpu_unavailable: why the core cannot run NCCL collectives in this process ("" when it can).
   HvdliteBackend(int rank, int size, int32_t process_set_id, std::vector<int64_t> global_ranks,
-                 std::string group_name, std::chrono::milliseconds timeout);
+                 std::string group_name, std::chrono::milliseconds timeout, std::string gpu_unavailable);
   ~HvdliteBackend() override;
 
   const std::string getBackendName() const override { return "hvdlite"; }
@@ -95,11 +96,13 @@ class HvdliteBackend : public c10d::Backend {
     std::vector<int64_t> shape;
     std::vector<int32_t> splits;
   };
-  Request MakeRequest(int32_t collective, const std::string &name, const at::Tensor &input, void *output) const;
+  Request MakeRequest(int32_t collective, const std::string &name, const at::Tensor &input, void *output,
+                      const Placement &placement) const;
+  Placement PlacementOf(const std::vector<at::Tensor> &tensors, const char *collective) const;
   // Enqueues the requests (a group when there are several: fused where they can be); throws with the core's reason.
   std::vector<hvdlite_handle> Enqueue(std::vector<Request> &requests, const std::string &what) const;
-  c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what,
-                                          std::vector<at::Tensor> outputs) const;
+  c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what, std::vector<at::Tensor> outputs,
+                                          const Placement &placement) const;
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work);  // hands it to the completer
   // Enqueues the Work's requests (keep_alive: the buffers they read and write) and starts it.
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
@@ -123,6 +126,14 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Gather(std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                                         c10d::OpType type, const char *collective,
                                         std::function<void(size_t, const at::Tensor &)> place);
+  // All-to-all of CUDA tensors into received (the caller's output or a buffer, contiguous, on the device): the
+  // core writes into it, so the ranks first agree on the rows each sends each (an all-gather on the host) and a
+  // rank that would send more than its peer has room for fails the call on every rank; after places the results.
+  c10::intrusive_ptr<c10d::Work> AllToAllOnGpu(at::Tensor send, std::vector<int32_t> send_rows,
+                                               std::vector<int64_t> receive_rows, at::Tensor received,
+                                               c10d::OpType type, const char *collective,
+                                               std::vector<at::Tensor> outputs, const Placement &placement,
+                                               std::function<void()> after);
   c10::intrusive_ptr<c10d::Work> ReduceScatterEven(std::vector<at::Tensor> outputs, std::vector<at::Tensor> inputs,
                                                    const c10d::ReduceOp &op, const char *collective);
   // A send or receive: a broadcast on the process set of this rank and the peer.
@@ -132,6 +143,7 @@ class HvdliteBackend : public c10d::Backend {
   const std::vector<int64_t> global_ranks_;
   const std::string group_name_;
   std::chrono::milliseconds timeout_;
+  const std::string gpu_unavailable_;
   std::atomic<uint64_t> calls_{0};
   uint64_t shrinks_ = 0;  // shrinks of this group so far: part of the next one's name
   std::mutex point_to_point_mutex_;

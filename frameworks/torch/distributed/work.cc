@@ -1,5 +1,6 @@
 #include "work.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <utility>
@@ -22,15 +23,23 @@ std::string HandleError(hvdlite_handle handle) {
   return length > 0 ? std::string(buffer) : std::string("unknown error");
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> NewFuture(const Placement &placement) {
+  auto type = c10::ListType::create(c10::TensorType::get());
+  if (!placement.work_stream) return c10::make_intrusive<c10::ivalue::Future>(type);
+  // A CUDA future: its callbacks and waiters are ordered after the events it records on completion.
+  return c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{placement.work_stream->device()});
+}
+
 }  // namespace
 
 HvdliteWork::HvdliteWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
-                         std::chrono::milliseconds default_timeout)
+                         std::chrono::milliseconds default_timeout, Placement placement)
     : Work(rank, type),
       what_(std::move(what)),
       outputs_(std::move(outputs)),
       default_timeout_(default_timeout),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      placement_(std::move(placement)),
+      future_(NewFuture(placement_)) {}
 
 HvdliteWork::~HvdliteWork() {
   // Finished Works have released their handles; one never started (its Stage threw) releases what it holds.
@@ -58,6 +67,7 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     const int state = hvdlite_wait_all_for(handles.data(), count, left);
     if (state == -2) return false;
     std::exception_ptr error;
+    c10::OptionalStreamGuard on_work_stream;  // kept until the future has completed: its events go on that stream
     if (state == -1) {
       error = BackendError("hvdlite: " + what_ + ": the core no longer knows its requests (was it shut down?)");
     } else if (state > 0) {
@@ -65,9 +75,13 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     } else if (next_stage) {
       RunStage();
       continue;
-    } else if (finish) {
+    } else {
       try {
-        finish(handles);
+        if (placement_.gpu) {
+          FinishOnGpu(on_work_stream);
+        } else if (finish) {
+          finish(handles);
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -75,6 +89,18 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     ReleaseHandles();
     Complete(error);
     return true;
+  }
+}
+
+void HvdliteWork::FinishOnGpu(c10::OptionalStreamGuard &guard) {
+  OrderAfterCore(placement_, handles);
+  if (placement_.work_stream) guard.reset_stream(*placement_.work_stream);
+  if (finish) finish(handles);
+  RecordOnWorkStream(placement_, keep_alive);
+  RecordOnWorkStream(placement_, outputs_);
+  if (placement_.work_stream) {
+    done_on_gpu_.emplace(c10::DeviceType::CUDA);
+    done_on_gpu_->record(*placement_.work_stream);
   }
 }
 
@@ -153,6 +179,10 @@ bool HvdliteWork::wait(std::chrono::milliseconds timeout) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (exception_) std::rethrow_exception(exception_);
+  if (done_on_gpu_) {  // the caller's current stream waits for the results; the host does not
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    done_on_gpu_->block(impl.getStream(placement_.work_stream->device()));
+  }
   return true;
 }
 

@@ -5,9 +5,12 @@
 // tensors). Whoever gets there first finishes it: the thread that waits on it, or the backend's completer
 // thread, which goes through the Works in submission order so that their futures complete without anyone
 // waiting (DDP's comm hooks chain work onto them). Neither spins: both block in the core's wait.
+// A Work of CUDA tensors is done for the host once the core has put its collective on the core's stream: its
+// finishing copies, its future's events and wait() are then ordered after it on the GPU (placement.h).
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
@@ -15,11 +18,13 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hvdlite.h"
+#include "placement.h"
 
 namespace hvdlite_c10d {
 
@@ -32,7 +37,7 @@ class HvdliteWork : public c10d::Work {
   using Finish = std::function<void(const std::vector<hvdlite_handle> &)>;
 
   HvdliteWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
-              std::chrono::milliseconds default_timeout);
+              std::chrono::milliseconds default_timeout, Placement placement);
   ~HvdliteWork() override;
 
   // Set up by the backend before the Work is handed out.
@@ -59,10 +64,15 @@ class HvdliteWork : public c10d::Work {
   void RunStage();  // drive_mutex_ held, the handles done: enqueues the next requests (or fails the Work)
   void ReleaseHandles();
   void Complete(std::exception_ptr error);
+  // Once the core's collectives are on its stream: orders the finishing work after them (on the Work's stream,
+  // current on this thread until guard goes) and runs it.
+  void FinishOnGpu(c10::OptionalStreamGuard &guard);
 
   const std::string what_;  // "allreduce of group 0 (call 12)": for errors
   std::vector<at::Tensor> outputs_;
   const std::chrono::milliseconds default_timeout_;
+  const Placement placement_;
+  std::optional<c10::Event> done_on_gpu_;  // recorded on the Work's stream once finished: wait() orders after it
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::mutex drive_mutex_;  // one finisher at a time; the base class's mutex_ guards completed_/exception_
 };
