@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hvdlite's GPU checks, for a machine with one NVIDIA GPU, its driver, Python with PyTorch built for CUDA (which
-# brings NCCL), mpi4py with an MPI, a C++ compiler and CMake; at most 8 minutes with the build. Run from anywhere:
+# brings NCCL), mpi4py with an MPI, a C++ compiler and CMake; at most 10 minutes with the build. Run from anywhere:
 #   bash tests/gpu/run.sh            (WHEELS=dir: install what is missing, the MPICH wheel for this Python
 #                                     included, from the wheels in dir, offline)
 # It builds hvdlite into this Python (pip install --no-build-isolation), then:
@@ -12,7 +12,9 @@
 #   (c) DistributedOptimizer training on CUDA equal to the same training on the CPU (2 ranks);
 #   (d) hvdlite vs torch.distributed (NCCL) all-reduce, 1-256 MiB, 2 ranks: times and their ratio;
 #   (e) elastic commits of a model and Adam state on the GPU (2 ranks: the host's writer and a rank keeping its own
-#       copy): restore() and the commit read back as after a restart give every tensor back on the GPU, bitwise.
+#       copy): restore() and the commit read back as after a restart give every tensor back on the GPU, bitwise;
+#   (f) the torch.distributed backend on CUDA tensors (2 ranks): its collectives against references, then DDP on
+#       "hvdlite" against DDP on torch's NCCL backend, equal parameters and their samples/s.
 # Everything is printed; the exit code is the number of checks that failed.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -81,5 +83,6 @@ step c-training-equal 80 "${two[@]}" "$python" "$root/tests/gpu/train_equal.py"
 step d-vs-torch-distributed 120 "${two[@]}" "$python" "$root/bench/gpu_allreduce.py" --json "$out/gpu_allreduce.json"
 step e-elastic-commit 60 env HVDLITE_ELASTIC_COMMIT_DIR="$out/elastic" "${two[@]}" "$python" \
   "$root/tests/gpu/elastic_commit.py"
-echo "== $failed of 5 checks failed"
+step f-ddp-on-hvdlite 150 "${two[@]}" "$python" "$root/tests/gpu/ddp_on_hvdlite.py" --json "$out/ddp_on_hvdlite.json"
+echo "== $failed of 6 checks failed"
 exit "$failed"
