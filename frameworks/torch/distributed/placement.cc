@@ -74,7 +74,9 @@ void RecordOnWorkStream(const Placement &placement, const std::vector<at::Tensor
   if (!placement.work_stream) return;
   c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   for (const at::Tensor &t : tensors) {
-    if (t.defined() && t.is_cuda() && t.has_storage()) impl.recordDataPtrOnStream(t.storage().data_ptr(), *placement.work_stream);
+    if (t.defined() && t.is_cuda() && t.has_storage()) {
+      impl.recordDataPtrOnStream(t.storage().data_ptr(), *placement.work_stream);
+    }
   }
 }
 
