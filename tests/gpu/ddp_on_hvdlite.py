@@ -5,7 +5,8 @@
    against float64 references computed here.
 2. DDP on the "hvdlite" backend against DDP on torch's NCCL backend: two copies of one MLP, the same batches, steps
    taken in turns; the parameters must agree within float32 tolerance after every timed round, and each
-   trainer's samples/s (and their ratio) are printed and written to --json.
+   trainer's samples/s (and their ratio) are printed and written to --json. On CUDA, also DDP with the bf16
+   compression hook on both.
 
     mpiexec -n 2 python tests/gpu/ddp_on_hvdlite.py [--device cuda|cpu] [--json PATH]
 
@@ -131,12 +132,34 @@ def compare_ddp(device, rank, size, reference_backend):
                 failures.append(f"DDP round {round_}: parameter {n1} differs from DDP on {reference_backend} by "
                                 f"{(p1 - p2).abs().max().item():.3g}")
                 break
+    if device.type == "cuda":  # torch allows the bf16 compression hook only where CUDA and NCCL are
+        failures += compare_bf16_hook(device, data, target, reference_group, ids)
     samples = BATCH * size * STEPS_PER_ROUND * ROUNDS
     rates = {name: samples / s for name, s in seconds.items()}
     results = {"model": f"MLP {LAYERS}x{WIDTH}", "batch_per_rank": BATCH, "ranks": size,
                "samples_per_second": rates, "hvdlite_over_reference": rates["hvdlite"] / rates[reference_backend],
                "reference": reference_backend}
     return failures, results
+
+
+def compare_bf16_hook(device, data, target, reference_group, ids):
+    """DDP with the bf16 compression hook on hvdlite and on the reference group: a few steps, parameters within
+    bfloat16's rounding of each other."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    models = [DDP(mlp(device), device_ids=ids), DDP(mlp(device), device_ids=ids, process_group=reference_group)]
+    for model in models:
+        model.register_comm_hook(model.process_group, default_hooks.bf16_compress_hook)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(3):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(data), target).backward()
+            optimizer.step()
+    for (name, p1), p2 in zip(models[0].module.named_parameters(), models[1].module.parameters()):
+        if not torch.allclose(p1, p2, rtol=1e-2, atol=1e-4):
+            difference = (p1 - p2).abs().max().item()
+            return [f"DDP with the bf16 compression hook: parameter {name} differs by {difference:.3g}"]
+    return []
 
 
 def main():

@@ -113,13 +113,27 @@ def test_all_to_all_with_splits_scatter_and_point_to_point():
     sources = [torch.full((4,), float(d)) for d in range(size)] if rank == 0 else None
     on_nccl(lambda: dist.scatter(piece, sources, src=0))
     assert piece.tolist() == [float(rank)] * 4
-    if size == 2:  # the pair's process set is then the world: the NCCL double splits its communicators from it
-        message = torch.full((6,), float(rank + 1))
-        if rank == 0:
-            dist.send(message, dst=1)  # buffered: it goes when the receiver takes it
-        else:
-            on_nccl(lambda: dist.recv(message, src=0))
-            assert message.tolist() == [1.0] * 6
+    message = torch.full((6,), float(rank + 1))
+    if rank == 0:
+        dist.send(message, dst=1)  # buffered: it goes when the receiver takes it
+    elif rank == 1:
+        on_nccl(lambda: dist.recv(message, src=0))
+        assert message.tolist() == [1.0] * 6
+    dist.barrier()
+
+
+def test_a_group_of_some_ranks():
+    rank, size = dist.get_rank(), dist.get_world_size()
+    members = list(range(1, size))  # all but rank 0: its own process set, and NCCL communicator
+    group = dist.new_group(members)
+    if rank in members:
+        x = mine(rank)
+        on_nccl(lambda: dist.all_reduce(x, group=group))
+        torch.testing.assert_close(x, sum(mine(r) for r in members), rtol=1e-12, atol=0)
+        outs = [torch.empty(5, 3, dtype=torch.float64) for _ in members]
+        on_nccl(lambda: dist.all_gather(outs, mine(rank), group=group))
+        assert all(torch.equal(o, mine(r)) for o, r in zip(outs, members))
+    dist.barrier()
 
 
 def test_async_works_and_their_futures():

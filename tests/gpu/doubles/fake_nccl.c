@@ -6,8 +6,8 @@
  * Collectives are enqueued on the caller's (fake) stream and, when that stream runs them, carried out over an
  * MPI communicator: reductions gather every rank's buffer and reduce element by element in double precision, in
  * rank order; a group (ncclGroupStart/End) runs as one operation, its sends and receives posted together. A
- * communicator is split from MPI_COMM_WORLD, so every rank of the job must create one at the
- * same time (tests use the global process set). Environment: FAKE_NCCL_VERSION (default 22703), FAKE_NCCL_NO_AVG
+ * communicator is made of its members alone (a process set's too): the unique id names its creator, the members
+ * meet there and make an MPI communicator of just themselves. Environment: FAKE_NCCL_VERSION (default 22703), FAKE_NCCL_NO_AVG
  * (leave out ncclAvg, as NCCL < 2.10 does), FAKE_NCCL_ASYNC_ERROR_AFTER=N (ncclCommGetAsyncError reports a
  * remote error once N collectives have run). fake_nccl_allreduce_calls() counts all-reduce calls,
  * fake_nccl_calls() every call that moves data. */
@@ -47,15 +47,53 @@ int ncclGetVersion(int *version) {
 const char *ncclGetErrorString(int result) {
   return result == REMOTE_ERROR ? "fake: remote process exited or there was a network error" : "fake NCCL error";
 }
+/* What a unique id holds: its creator (rank 0 of the communicator to be) by rank in MPI_COMM_WORLD, and a count
+ * of the ids it made, which picks the tag its members meet with (MPI guarantees tags up to 32767). */
+struct id_fields {
+  char magic[16];
+  int creator, serial;
+};
+enum { MEETING_TAGS = 29000, MEETING_TAG_COUNT = 1000 };
+static int ids_made = 0;
+
 int ncclGetUniqueId(ncclUniqueId *id) {
+  struct id_fields fields = {"fake-nccl-id", 0, ids_made++};
+  MPI_Comm_rank(MPI_COMM_WORLD, &fields.creator);
   memset(id, 0, sizeof *id);
-  strcpy(id->internal, "fake-nccl-id");
+  memcpy(id->internal, &fields, sizeof fields);
   return SUCCESS;
 }
 int ncclCommInitRank(struct comm **out, int nranks, ncclUniqueId id, int rank) {
-  if (strcmp(id.internal, "fake-nccl-id") != 0) return INVALID_ARGUMENT;  /* the id did not travel intact */
+  struct id_fields fields;
+  memcpy(&fields, id.internal, sizeof fields);
+  if (strcmp(fields.magic, "fake-nccl-id") != 0) return INVALID_ARGUMENT;  /* the id did not travel intact */
+  const int tag = MEETING_TAGS + fields.serial % MEETING_TAG_COUNT;
+  int me;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if ((rank == 0) != (me == fields.creator)) return INVALID_USAGE;
+  /* The members' ranks in MPI_COMM_WORLD, by their rank in the communicator: gathered by the creator, sent back. */
+  int *world = calloc(nranks, sizeof *world);
+  if (rank == 0) {
+    world[0] = me;
+    for (int i = 1; i < nranks; ++i) {
+      int member[2];
+      MPI_Recv(member, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      world[member[0]] = member[1];
+    }
+    for (int r = 1; r < nranks; ++r) MPI_Send(world, nranks, MPI_INT, world[r], tag, MPI_COMM_WORLD);
+  } else {
+    int member[2] = {rank, me};
+    MPI_Send(member, 2, MPI_INT, fields.creator, tag, MPI_COMM_WORLD);
+    MPI_Recv(world, nranks, MPI_INT, fields.creator, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Group everyone, members;
+  MPI_Comm_group(MPI_COMM_WORLD, &everyone);
+  MPI_Group_incl(everyone, nranks, world, &members);
   struct comm *c = calloc(1, sizeof *c);
-  MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi);
+  MPI_Comm_create_group(MPI_COMM_WORLD, members, tag, &c->mpi);
+  MPI_Group_free(&members);
+  MPI_Group_free(&everyone);
+  free(world);
   MPI_Comm_rank(c->mpi, &c->rank);
   MPI_Comm_size(c->mpi, &c->size);
   if (c->size != nranks || c->rank != rank) return INVALID_USAGE;
