@@ -153,8 +153,11 @@ def train_models(args, rank, size, gloo, log):
                 elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
                 rates[name].append(size * args.batch_size * args.num_batches_per_iter / elapsed.item())
+        # DDP's buckets on hvdlite: one c10d all-reduce each per step (the layer's cost is paid per call)
+        buckets = [int(b) for b in str(trainers["ddp_hvdlite"][0]._get_ddp_logging_data().get("bucket_sizes", ""))
+                   .replace(" ", "").split(",") if b]
         results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates, "one_rank_samples_per_s": one_rank,
-                         "ranks": size}
+                         "ranks": size, "ddp_bucket_bytes": buckets, "batch_per_rank": args.batch_size}
         log(f"{kind}: " + ", ".join(f"{n} {statistics.median(r):.1f}" for n, r in rates.items()))
     return results
 
@@ -162,34 +165,40 @@ def train_models(args, rank, size, gloo, log):
 def time_allreduces(args, gloo, log):
     """Each size's median time per backend, and the CPU time the process spent meanwhile (all its threads: the
     caller's, hvdlite's background thread, gloo's), as cores kept busy: what the communication takes from a
-    computation running beside it."""
+    computation running beside it. Beside them, hvdlite.torch's own all-reduce of the same tensor ("direct"):
+    the difference is what the torch.distributed layer costs a call."""
     import torch
     import torch.distributed as dist
+
+    import hvdlite.torch as hvd
     rows = []
     for nbytes in SIZES:
         x = torch.ones(nbytes // 4)
         calls = args.allreduce_calls if nbytes < (16 << 20) else max(4, args.allreduce_calls // 4)
-        times = {"hvdlite": [], "gloo": []}
-        cpu = {"hvdlite": [], "gloo": []}
-        for group in (None, gloo):  # warm-up
-            dist.all_reduce(x, group=group)
+        runs = {"hvdlite": lambda: dist.all_reduce(x), "gloo": lambda: dist.all_reduce(x, group=gloo),
+                "direct": lambda: hvd.allreduce_(x, op=hvd.Sum, name=f"bench.{nbytes}")}
+        times = {name: [] for name in runs}
+        cpu = {name: [] for name in runs}
+        for run in runs.values():  # warm-up
+            run()
+        order = list(runs)
         for call in range(calls):
-            for name in (("hvdlite", "gloo") if call % 2 == 0 else ("gloo", "hvdlite")):
-                group = None if name == "hvdlite" else gloo
+            for name in order[call % 3:] + order[:call % 3]:
                 dist.barrier(group=gloo)
                 start, start_cpu = time.perf_counter(), time.process_time()
-                dist.all_reduce(x, group=group)
+                runs[name]()
                 spent = torch.tensor([time.perf_counter() - start, time.process_time() - start_cpu],
                                      dtype=torch.float64)
                 dist.all_reduce(spent, op=dist.ReduceOp.MAX, group=gloo)
                 times[name].append(spent[0].item())
                 cpu[name].append(spent[1].item() / spent[0].item())
         row = {"bytes": nbytes, "hvdlite_ms": 1e3 * statistics.median(times["hvdlite"]),
-               "gloo_ms": 1e3 * statistics.median(times["gloo"]),
+               "gloo_ms": 1e3 * statistics.median(times["gloo"]), "direct_ms": 1e3 * statistics.median(times["direct"]),
                "hvdlite_cpu_cores": statistics.median(cpu["hvdlite"]), "gloo_cpu_cores": statistics.median(cpu["gloo"])}
         row["gloo_over_hvdlite"] = row["gloo_ms"] / row["hvdlite_ms"]
         rows.append(row)
         log(f"all_reduce {nbytes >> 10} KiB: hvdlite {row['hvdlite_ms']:.3f} ms, gloo {row['gloo_ms']:.3f} ms, "
+            f"hvdlite.torch direct {row['direct_ms']:.3f} ms, "
             f"{row['gloo_over_hvdlite']:.2f}x; CPU cores busy {row['hvdlite_cpu_cores']:.2f} and "
             f"{row['gloo_cpu_cores']:.2f}")
     return rows
@@ -234,14 +243,27 @@ def summarize(results):
                      f"{r['optimizer_over_gloo']:.3f} | {efficiency} |")
     if results.get("allreduce"):
         cores = "hvdlite_cpu_cores" in results["allreduce"][0]
+        direct = "direct_ms" in results["allreduce"][0]
         lines += ["", "| all_reduce | hvdlite ms | gloo ms | hvdlite speed / gloo |" +
+                  (" hvdlite.torch direct ms |" if direct else "") +
                   (" CPU cores busy meanwhile (hvdlite, gloo) |" if cores else ""),
-                  "|---:|---:|---:|---:|" + ("---|" if cores else "")]
+                  "|---:|---:|---:|---:|" + ("---:|" if direct else "") + ("---|" if cores else "")]
         for row in results["allreduce"]:
             size = f"{row['bytes'] >> 20} MiB" if row["bytes"] >= 1 << 20 else f"{row['bytes'] >> 10} KiB"
             cpu = f" {row['hvdlite_cpu_cores']:.2f}, {row['gloo_cpu_cores']:.2f} |" if cores else ""
             lines.append(f"| {size} | {row['hvdlite_ms']:.3f} | {row['gloo_ms']:.3f} | {row['gloo_over_hvdlite']:.2f} |"
-                         + cpu)
+                         + (f" {row['direct_ms']:.3f} |" if direct else "") + cpu)
+        layer = [(kind, r) for kind, r in results["training"].items() if "layer_cost_of_step" in r]
+        if layer:
+            lines += ["", "What the torch.distributed layer costs a DDP step on hvdlite: its cost per call (the median "
+                      "of hvdlite's all_reduce time less hvdlite.torch's direct one, 4 KiB-1 MiB, above) times "
+                      "DDP's buckets, one all-reduce each:", "",
+                      "| model | DDP buckets (MB) | layer ms per call | layer ms per step | DDP on hvdlite step ms | "
+                      "share of the step |", "|---|---|---:|---:|---:|---:|"]
+            for kind, r in layer:
+                sizes = ", ".join(f"{b / 1e6:.1f}" for b in r["ddp_bucket_bytes"])
+                lines.append(f"| {kind} | {sizes} | {r['layer_ms_per_call']:.3f} | {r['layer_ms_per_step']:.3f} | "
+                             f"{r['ddp_hvdlite_step_ms']:.1f} | {r['layer_cost_of_step']:.4f} |")
     return "\n".join(lines)
 
 
@@ -253,6 +275,16 @@ def add_ratios(results):
             h / o for h, o in zip(rates["ddp_hvdlite"], rates["hvdlite_optimizer"]))
         r["optimizer_over_gloo"] = statistics.median(
             o / g for o, g in zip(rates["hvdlite_optimizer"], rates["ddp_gloo"]))
+        rows = [row for row in results.get("allreduce") or [] if "direct_ms" in row and row["bytes"] <= 1 << 20]
+        if rows and r.get("ddp_bucket_bytes"):
+            # The layer's cost is per call (a contiguous bucket is reduced in place, not copied): measured where the
+            # transfer's own time varies least, up to 1 MiB, and paid once per bucket.
+            per_call_ms = statistics.median(row["hvdlite_ms"] - row["direct_ms"] for row in rows)
+            step_ms = 1e3 * r["ranks"] * r["batch_per_rank"] / statistics.median(rates["ddp_hvdlite"])
+            r["layer_ms_per_call"] = per_call_ms
+            r["layer_ms_per_step"] = per_call_ms * len(r["ddp_bucket_bytes"])
+            r["ddp_hvdlite_step_ms"] = step_ms
+            r["layer_cost_of_step"] = r["layer_ms_per_step"] / step_ms
         if r.get("one_rank_samples_per_s"):
             r["scaling_efficiency"] = {name: statistics.median(rates[name]) / (r["ranks"] * r["one_rank_samples_per_s"])
                                        for name in TRAINERS}
