@@ -153,9 +153,10 @@ def train_models(args, rank, size, gloo, log):
                 elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
                 rates[name].append(size * args.batch_size * args.num_batches_per_iter / elapsed.item())
-        # DDP's buckets on hvdlite: one c10d all-reduce each per step (the layer's cost is paid per call)
-        buckets = [int(b) for b in str(trainers["ddp_hvdlite"][0]._get_ddp_logging_data().get("bucket_sizes", ""))
-                   .replace(" ", "").split(",") if b]
+        # DDP's buckets on hvdlite, as rebuilt after the first step: one c10d all-reduce each per step (the layer's
+        # cost is paid per call)
+        buckets = [b.buffer().numel() * b.buffer().element_size()
+                   for b in trainers["ddp_hvdlite"][0].reducer._get_zeros_like_grad_buckets()]
         results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates, "one_rank_samples_per_s": one_rank,
                          "ranks": size, "ddp_bucket_bytes": buckets, "batch_per_rank": args.batch_size}
         log(f"{kind}: " + ", ".join(f"{n} {statistics.median(r):.1f}" for n, r in rates.items()))
