@@ -39,9 +39,10 @@ def started():
 
 
 def gpu_request(collective, name, array, output, stream, op=hvd.Sum, prescale=1.0, postscale=1.0, root=0,
-                splits=None):
+                splits=None, process_set=hvd.global_process_set):
     return Request(collective, name, dtype_name(array.dtype), array.shape, address(array), address(output), op,
-                   prescale, postscale, root, splits, keepalive=(array, output), gpu=(0, stream))
+                   prescale, postscale, root, splits, process_set=process_set, keepalive=(array, output),
+                   gpu=(0, stream))
 
 
 def finished(handles):
@@ -132,6 +133,27 @@ def test_broadcast_from_rank_1():
     out = np.zeros_like(x)
     finished([submit(gpu_request(Collective.BROADCAST, "gpu.broadcast", x, out, stream, root=1))])
     assert np.array_equal(out, np.arange(10) * 2), out
+
+
+@pytest.mark.ranks(2, 3)
+def test_process_sets_of_some_ranks_have_their_own_nccl_communicators():
+    """Each set's members make its communicator alone; the other ranks go on meanwhile."""
+    rank, size = hvd.rank(), hvd.size()
+    stream = doubles().stream()
+    sets = {"all but the first": list(range(1, size)), "all but the last": list(range(size - 1))}
+    made = {name: hvd.add_process_set(ranks) for name, ranks in sets.items()}
+    try:
+        for name, ranks in sets.items():
+            if rank not in ranks:
+                continue
+            x = np.full(8, float(rank + 1))
+            out = np.zeros_like(x)
+            finished([submit(gpu_request(Collective.ALLREDUCE, f"gpu.set.{name}", x, out, stream,
+                                         process_set=made[name]))])
+            assert (out == sum(r + 1 for r in ranks)).all(), (name, out)
+    finally:
+        for process_set in made.values():
+            hvd.remove_process_set(process_set)
 
 
 @pytest.mark.parametrize("equal", [True, False], ids=["equal rows", "rows differ by rank"])
