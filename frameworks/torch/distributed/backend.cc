@@ -260,7 +260,10 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   if (IsBitwise(op)) return ReduceBitwise(std::move(tensors), std::move(results), op, type, collective);
   double prescale;
   const int32_t core_op = CoreOp(op, &prescale);
-  const Placement placement = PlacementOf(tensors, collective);
+  std::vector<at::Tensor> all = tensors;
+  all.insert(all.end(), results.begin(), results.end());
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  const Placement placement = PlacementOf(all, collective);
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
@@ -332,7 +335,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
                                                       c10d::OpType type, const char *collective,
                                                       std::function<void(size_t, const at::Tensor &)> place) {
   CheckTensors(inputs, collective);
-  const Placement placement = PlacementOf(inputs, collective);
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  const Placement placement = PlacementOf(all, collective);
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> gathered;  // GPU: the outputs the core writes (on the device, one row per rank)
   std::vector<Request> requests;
@@ -445,7 +450,9 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   CheckRoot(opts.rootRank, "scatter");
   at::Tensor output = outputs[0];
   CheckTensor(output, "scatter");
-  const Placement placement = PlacementOf({output}, "scatter");
+  std::vector<at::Tensor> all{output};
+  if (rank_ == opts.rootRank && inputs.size() == 1) all.insert(all.end(), inputs[0].begin(), inputs[0].end());
+  const Placement placement = PlacementOf(all, "scatter");
   // An all-to-all in which only the root sends: its pieces, one per rank.
   at::Tensor send;
   std::vector<int32_t> splits(size_, 0);
