@@ -6,8 +6,9 @@ Importing hvdlite.torch registers the backend for CPU and CUDA tensors (CUDA ten
 path; "cpu:hvdlite,cuda:nccl" puts them on torch's NCCL backend instead). Each process group's backend is a C++
 ``c10d::Backend`` (extension.py) over the group's process set: the world group is hvdlite's global set, a group of
 some ranks the set its members ask for. The ranks must be one MPI job: the backend refuses a world that torch's
-launchers made of separate processes, saying so. Where torch is given no rendezvous (no MASTER_ADDR / RANK, as under a plain mpiexec), rank 0 of the MPI job serves torch's store
-and tells the others where it is (rendezvous.py).
+launchers made of separate processes, saying so. Where torch is given no rendezvous (no MASTER_ADDR / RANK, as
+under a plain mpiexec), rank 0 of the MPI job serves torch's store and tells the others where it is
+(rendezvous.py).
 """
 import datetime
 

@@ -181,8 +181,11 @@ std::string HvdliteBackend::NextName() {
   return "c10d." + group_name_ + "." + std::to_string(calls_++);
 }
 
-Placement HvdliteBackend::PlacementOf(const std::vector<at::Tensor> &tensors, const char *collective) const {
-  return hvdlite_c10d::PlacementOf(tensors, collective, gpu_unavailable_);
+Placement HvdliteBackend::PlacementOf(const char *collective,
+                                      std::initializer_list<std::vector<at::Tensor>> lists) const {
+  std::vector<at::Tensor> all;
+  for (const auto &list : lists) all.insert(all.end(), list.begin(), list.end());
+  return hvdlite_c10d::PlacementOf(all, collective, gpu_unavailable_);
 }
 
 HvdliteBackend::Request HvdliteBackend::MakeRequest(int32_t collective, const std::string &name,
@@ -260,10 +263,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   if (IsBitwise(op)) return ReduceBitwise(std::move(tensors), std::move(results), op, type, collective);
   double prescale;
   const int32_t core_op = CoreOp(op, &prescale);
-  std::vector<at::Tensor> all = tensors;
-  all.insert(all.end(), results.begin(), results.end());
-  all.insert(all.end(), outputs.begin(), outputs.end());
-  const Placement placement = PlacementOf(all, collective);
+  const Placement placement = PlacementOf(collective, {tensors, results, outputs});
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
@@ -335,9 +335,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
                                                       c10d::OpType type, const char *collective,
                                                       std::function<void(size_t, const at::Tensor &)> place) {
   CheckTensors(inputs, collective);
-  std::vector<at::Tensor> all = inputs;
-  all.insert(all.end(), outputs.begin(), outputs.end());
-  const Placement placement = PlacementOf(all, collective);
+  const Placement placement = PlacementOf(collective, {inputs, outputs});
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> gathered;  // GPU: the outputs the core writes (on the device, one row per rank)
   std::vector<Request> requests;
@@ -450,9 +448,8 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::scatter(std::vector<at::Tensor> &
   CheckRoot(opts.rootRank, "scatter");
   at::Tensor output = outputs[0];
   CheckTensor(output, "scatter");
-  std::vector<at::Tensor> all{output};
-  if (rank_ == opts.rootRank && inputs.size() == 1) all.insert(all.end(), inputs[0].begin(), inputs[0].end());
-  const Placement placement = PlacementOf(all, "scatter");
+  const bool sends = rank_ == opts.rootRank && inputs.size() == 1;  // the root: its inputs count too
+  const Placement placement = PlacementOf("scatter", {outputs, sends ? inputs[0] : std::vector<at::Tensor>()});
   // An all-to-all in which only the root sends: its pieces, one per rank.
   at::Tensor send;
   std::vector<int32_t> splits(size_, 0);
@@ -496,19 +493,19 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
   CheckTensor(input, "all_to_all_single");
   CheckTensor(output, "all_to_all_single");
   TORCH_CHECK_VALUE(input.dim() >= 1, "hvdlite: all_to_all_single needs at least one dimension");
-  const Placement placement = PlacementOf({input, output}, "all_to_all_single");
+  const Placement placement = PlacementOf("all_to_all_single", {{input, output}});
   at::Tensor send = input.contiguous();
-  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr, placement);
+  std::vector<int32_t> splits;  // rows to each rank; none: equal
   if (input_split_sizes.empty()) {
     TORCH_CHECK_VALUE(input.size(0) % size_ == 0, "hvdlite: all_to_all_single without splits needs a first "
                       "dimension divisible by the group's size ", size_, "; got ", input.size(0));
   } else {
     TORCH_CHECK_VALUE(static_cast<int>(input_split_sizes.size()) == size_, "hvdlite: all_to_all_single needs ",
                       size_, " input split sizes; got ", input_split_sizes.size());
-    for (int64_t s : input_split_sizes) r.splits.push_back(SplitOf(s, "all_to_all_single"));
+    for (int64_t s : input_split_sizes) splits.push_back(SplitOf(s, "all_to_all_single"));
   }
   if (placement.gpu) {
-    std::vector<int32_t> send_rows = r.splits;
+    std::vector<int32_t> send_rows = splits;
     if (send_rows.empty()) send_rows.assign(size_, SplitOf(input.size(0) / size_, "all_to_all_single"));
     std::vector<int64_t> expected = output_split_sizes;
     if (expected.empty()) {
@@ -521,6 +518,8 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
     return AllToAllOnGpu(send, send_rows, expected, received, c10d::OpType::ALLTOALL_BASE, "all_to_all_single",
                          {output}, placement, [output, received] { CopyBack({output}, {received}); });
   }
+  Request r = MakeRequest(HVDLITE_ALLTOALL, NextName(), send, nullptr, placement);
+  r.splits = splits;
   std::vector<Request> requests{std::move(r)};
   auto work = NewWork(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {output}, placement);
   const int size = size_;
@@ -546,9 +545,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall(std::vector<at::Tensor> 
                     "hvdlite: all_to_all needs ", size_, " input and output tensors");
   CheckTensors(inputs, "all_to_all");
   CheckTensors(outputs, "all_to_all");
-  std::vector<at::Tensor> both = inputs;
-  both.insert(both.end(), outputs.begin(), outputs.end());
-  const Placement placement = PlacementOf(both, "all_to_all");
+  const Placement placement = PlacementOf("all_to_all", {inputs, outputs});
   std::vector<at::Tensor> flats;
   std::vector<int32_t> splits;
   for (const at::Tensor &t : inputs) {
@@ -624,7 +621,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor>
                                                          const c10d::BroadcastOptions &opts) {
   CheckTensors(tensors, "broadcast");
   CheckRoot(opts.rootRank, "broadcast");
-  const Placement placement = PlacementOf(tensors, "broadcast");
+  const Placement placement = PlacementOf("broadcast", {tensors});
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
   for (const at::Tensor &t : tensors) {
@@ -648,9 +645,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
   TORCH_CHECK_VALUE(!IsBitwise(op), "hvdlite: ", collective, " does not take bitwise ops (BAND, BOR, BXOR)");
   double prescale;
   const int32_t core_op = CoreOp(op, &prescale);
-  std::vector<at::Tensor> both = inputs;
-  both.insert(both.end(), outputs.begin(), outputs.end());
-  const Placement placement = PlacementOf(both, collective);
+  const Placement placement = PlacementOf(collective, {inputs, outputs});
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> received;
   std::vector<Request> requests;
@@ -727,7 +722,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   TORCH_CHECK_VALUE(peer >= 0 && peer < size_ && peer != rank_, "hvdlite: ", what, " with rank ", peer,
                     " of a group of ", size_, " (this is rank ", rank_, ")");
   // The caller's stream now: the message goes in later (once the pair's set exists) but after what was on it.
-  const Placement placement = PlacementOf(tensors, what);
+  const Placement placement = PlacementOf(what, {tensors});
   const int source = sending ? rank_ : peer;
   const int destination = sending ? peer : rank_;
   at::Tensor target = tensors[0];

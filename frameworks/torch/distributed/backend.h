@@ -2,7 +2,7 @@
 // core on the group's process set, named by the group and the call's place in it (every rank calls a group's
 // collectives in the same order, as c10d requires), so the core's negotiation matches them across ranks and
 // reports a disagreement (dtype, shape, op) on every rank. CUDA tensors go through the core's NCCL path (on the
-// caller's current stream, as torch's NCCL backend does), except for all-to-all and scatter.
+// caller's current stream, as torch's NCCL backend does).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -98,7 +98,8 @@ class HvdliteBackend : public c10d::Backend {
   };
   Request MakeRequest(int32_t collective, const std::string &name, const at::Tensor &input, void *output,
                       const Placement &placement) const;
-  Placement PlacementOf(const std::vector<at::Tensor> &tensors, const char *collective) const;
+  // Where every tensor of a call (its lists: inputs, outputs, ...) is: all on the CPU or all on one GPU.
+  Placement PlacementOf(const char *collective, std::initializer_list<std::vector<at::Tensor>> lists) const;
   // Enqueues the requests (a group when there are several: fused where they can be); throws with the core's reason.
   std::vector<hvdlite_handle> Enqueue(std::vector<Request> &requests, const std::string &what) const;
   c10::intrusive_ptr<HvdliteWork> NewWork(c10d::OpType type, const std::string &what, std::vector<at::Tensor> outputs,

@@ -13,8 +13,7 @@ namespace hvdlite_c10d {
 
 namespace {
 
-std::atomic<bool> doubles{false};
-std::atomic<void *> double_stream{nullptr};
+std::atomic<void *> double_stream{nullptr};  // the test double's stream; null when the switch is off
 
 // One stream per GPU for the Works of every process group: it only ever waits for the core's collectives and
 // copies results, so sharing it costs nothing and keeps the number of streams fixed.
@@ -36,10 +35,10 @@ Placement PlacementOf(const std::vector<at::Tensor> &tensors, const char *collec
                       const std::string &gpu_unavailable) {
   Placement placement;
   if (tensors.empty()) return placement;
-  if (doubles.load()) {
+  if (void *stream = double_stream.load()) {
     placement.gpu = true;
     placement.device = 0;
-    placement.stream = double_stream.load();
+    placement.stream = stream;
     return placement;
   }
   const c10::Device first = tensors[0].device();
@@ -80,11 +79,6 @@ void RecordOnWorkStream(const Placement &placement, const std::vector<at::Tensor
   }
 }
 
-void UseGpuDoubles(void *stream) {
-  double_stream.store(stream);
-  doubles.store(stream != nullptr);
-}
-
-bool UsingGpuDoubles() { return doubles.load(); }
+void UseGpuDoubles(void *stream) { double_stream.store(stream); }
 
 }  // namespace hvdlite_c10d

@@ -35,8 +35,7 @@ void OrderAfterCore(const Placement &placement, const std::vector<int64_t> &hand
 void RecordOnWorkStream(const Placement &placement, const std::vector<at::Tensor> &tensors);
 
 // TEST DOUBLE switch (tests/gpu with the CUDA and NCCL doubles, whose "device memory" is host memory): CPU tensors
-// take the GPU path as memory of device 0 written on `stream`, and the host waits where a stream would.
+// take the GPU path as memory of device 0 written on `stream` (null: off), and the host waits where a stream would.
 void UseGpuDoubles(void *stream);
-bool UsingGpuDoubles();
 
 }  // namespace hvdlite_c10d
