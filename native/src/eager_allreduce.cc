@@ -23,6 +23,13 @@ void EagerPlan::ClearSlots() {
 void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
   ClearSlots();
   slot_of_bit_.resize(cache.capacity(), -1);
+  // Every list holds distinct cache bits: at the cache's capacity none of them grows in a later round (a
+  // round whose timing makes a new largest set of predictions must not allocate on this thread).
+  const size_t bits = static_cast<size_t>(cache.capacity());
+  predicted_.reserve(bits);
+  next_.reserve(bits);
+  previous_.reserve(bits);
+  slots_.reserve(bits);
   int64_t offset = 0;
   for (const Prediction &prediction : predicted_) {
     const int32_t bit = prediction.bit;

@@ -54,25 +54,42 @@ MALLOC_COUNTER = r"""
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 static std::atomic<long> calls{0}, core_calls{0};
 static thread_local bool inside = false;  // backtrace itself may allocate the first time
+// While recording, the stacks of the core's allocations are kept (the first 64), to name them in a failure.
+static std::atomic<bool> recording{false};
+static std::atomic<int> recorded{0};
+static void *stacks[64][12];
+static int depths[64];
 
 static bool InLibrary(void *address, const char *name) {
   Dl_info info;
   return dladdr(address, &info) && info.dli_fname && std::strstr(info.dli_fname, name);
 }
 
-static bool MadeByCore() {
-  void *frames[8];
-  const int count = backtrace(frames, 8);
+static bool MadeByCore(void **frames, int count) {
   for (int i = 1; i < count; ++i) {  // frames[0] is this malloc
     if (InLibrary(frames[i], "libstdc++")) continue;
     return InLibrary(frames[i], "libhvdlite_core");
   }
   return false;
+}
+
+static void CountCoreCall() {
+  void *frames[12];
+  const int count = backtrace(frames, 12);
+  if (!MadeByCore(frames, count)) return;
+  core_calls.fetch_add(1);
+  if (!recording.load()) return;
+  const int k = recorded.fetch_add(1);
+  if (k < 64) {
+    std::memcpy(stacks[k], frames, sizeof(frames));
+    depths[k] = count;
+  }
 }
 
 extern "C" void *malloc(size_t size) {
@@ -82,25 +99,37 @@ extern "C" void *malloc(size_t size) {
     inside = true;
     char name[17] = {0};
     prctl(PR_GET_NAME, name, 0, 0, 0);
-    if (std::strcmp(name, "hvdlite-core") == 0 && MadeByCore()) core_calls.fetch_add(1);
+    if (std::strcmp(name, "hvdlite-core") == 0) CountCoreCall();
     inside = false;
   }
   return real(size);
 }
 extern "C" long hvdlite_test_malloc_calls() { return calls.load(); }
 extern "C" long hvdlite_test_core_mallocs() { return core_calls.load(); }
+extern "C" void hvdlite_test_record_core_stacks(int on) { recording.store(on != 0); }
+extern "C" void hvdlite_test_print_core_stacks() {  // to stderr, as backtrace_symbols_fd writes them
+  const int n = recorded.load() < 64 ? recorded.load() : 64;
+  for (int k = 0; k < n; ++k) {
+    const char header[] = "an allocation on the core's thread:\n";
+    (void)!write(2, header, sizeof(header) - 1);
+    backtrace_symbols_fd(stacks[k], depths[k], 2);
+  }
+}
 """
 
 
 # Put before each worker: a count's growth per step, in steady state (after warm-up steps).
 COUNTED_PER_STEP = """
-def counted_per_step(count, step, warmup=50, steps=200):
+def counted_per_step(count, step, warmup=50, steps=200, record=lambda on: None):
     for _ in range(warmup):
         step()
+    record(1)  # the counted steps only
     before = count()
     for _ in range(steps):
         step()
-    return (count() - before) / steps
+    counted = count() - before
+    record(0)
+    return counted / steps
 """
 
 
@@ -180,8 +209,12 @@ def step():
     assert hvd.allreduce(small, name="small", op=hvd.Sum)[0] == sum(range(size))
     assert [o[0] for o in hvd.grouped_allreduce(mixed, name="mixed", op=hvd.Sum)] == expected[:8]
 
-per_step = counted_per_step(counter.hvdlite_test_core_mallocs, step)
-# A round's negotiation result and its fusion plan keep their lists from round to round.
+per_step = counted_per_step(counter.hvdlite_test_core_mallocs, step, record=counter.hvdlite_test_record_core_stacks)
+# A round's negotiation result and its fusion plan keep their lists from round to round, each reserved at its bound
+# (the cache's bits, the set's ranks), so a round whose timing readies more at once than any before allocates
+# nothing either.
+if per_step:
+    counter.hvdlite_test_print_core_stacks()  # where they were made (c++filt reads the names)
 assert per_step == 0, f"the core's thread allocated {per_step:.2f} times a step in steady state"
 print("WORKER OK", per_step)
 """
