@@ -20,20 +20,24 @@ GRADIENTS = [("float32", (300, 1024)), ("float32", (4097,)), ("float64", (2000,)
              ("float32", (70001,)), ("float32", (10,))]
 
 
+SEEDS = 5  # a few distinct inputs, each with its references computed once: the steps' time is the traffic's
+
+
 def train(steps):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    for step in range(steps):
-        seed = step % 5  # a few distinct inputs, so references can be computed once per seed
-        handles = []
+    inputs, references = {}, {}
+    for seed in range(SEEDS):
         for i, (dtype, shape) in enumerate(GRADIENTS):
-            x = rank_input(dtype, shape, rank, "average", (i, seed))
-            handles.append(hvd.allreduce_async(x, name=f"grad.{i}", op=hvd.Average))
-        for (i, (dtype, shape)), handle in zip(enumerate(GRADIENTS), handles):
-            got = hvd.synchronize(handle)
-            expected = reduce_reference([rank_input(dtype, shape, r, "average", (i, seed)) for r in range(size)],
-                                        "average")
-            check_close(f"grad.{i} step {step}", got, expected, dtype, "allreduce")
+            inputs[i, seed] = rank_input(dtype, shape, rank, "average", (i, seed))
+            references[i, seed] = reduce_reference(
+                [rank_input(dtype, shape, r, "average", (i, seed)) for r in range(size)], "average")
+    for step in range(steps):
+        seed = step % SEEDS
+        handles = [hvd.allreduce_async(inputs[i, seed], name=f"grad.{i}", op=hvd.Average)
+                   for i in range(len(GRADIENTS))]
+        for (i, (dtype, _)), handle in zip(enumerate(GRADIENTS), handles):
+            check_close(f"grad.{i} step {step}", hvd.synchronize(handle), references[i, seed], dtype, "allreduce")
     hvd.shutdown()
     return rank
 

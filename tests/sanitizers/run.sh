@@ -19,7 +19,10 @@ export HVDLITE_NATIVE_DIR=$root/build/sanitize-$kind/hvdlite
 
 case $kind in
   address)
-    export LD_PRELOAD=$(gcc -print-file-name=libasan.so)
+    # libstdc++ loaded up front too: ASan intercepts __cxa_throw only when libstdc++ is there as it starts, and a
+    # C++ extension that throws during its import (matplotlib's, which TensorFlow imports where it is installed)
+    # otherwise stops the process in an ASan CHECK.
+    export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
     export PYTHONMALLOC=malloc  # every Python object through malloc, where ASan sees it
     # Leaks are checked where LeakSanitizer is reliable, in the native unit tests (make native-unit-tests-asan):
     # at the exit of these MPI processes its stop-the-world tracer crashed now and then (signal 11 in the
