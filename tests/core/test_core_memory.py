@@ -188,7 +188,7 @@ def test_requests_allocate_nothing_in_steady_state(tmp_path):
 
 
 ROUNDS = """
-import ctypes, sys
+import ctypes, sys, time
 import numpy as np
 import hvdlite as hvd
 
@@ -201,9 +201,20 @@ small = np.full(1024, float(rank), dtype=np.float32)
 mixed = [np.full(3000, float(rank + i), dtype=np.float64) for i in range(8)]
 expected = [sum(r + i for r in range(size)) for i in range(64)]
 
+steps = 0
+
 def step():
     # One by one (fused into one batch), a group, a small synchronous all-reduce (eager), a group of float64.
-    handles = [hvd.allreduce_async(x, name=f"model.layers.{i}.weight", op=hvd.Sum) for i, x in enumerate(xs)]
+    # Warm-up steps run at the ranks' own pace; in the counted ones, now and then one rank pauses partway through
+    # its submissions (longer than a cycle), so that rounds ready parts of the step in shapes warm-up never saw.
+    global steps
+    steps += 1
+    pause_at = {0: 16, 2: 40}.get(steps % 5) if steps > 50 and rank == steps % size else None
+    handles = []
+    for i, x in enumerate(xs):
+        if i == pause_at:
+            time.sleep(0.003)
+        handles.append(hvd.allreduce_async(x, name=f"model.layers.{i}.weight", op=hvd.Sum))
     assert [hvd.synchronize(h)[0] for h in handles] == expected
     assert [o[-1] for o in hvd.grouped_allreduce(xs, name="group", op=hvd.Sum)] == expected
     assert hvd.allreduce(small, name="small", op=hvd.Sum)[0] == sum(range(size))
