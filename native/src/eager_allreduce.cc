@@ -20,16 +20,18 @@ void EagerPlan::ClearSlots() {
   slots_.clear();
 }
 
-void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
-  ClearSlots();
-  slot_of_bit_.resize(cache.capacity(), -1);
-  // Every list holds distinct cache bits: at the cache's capacity none of them grows in a later round (a
-  // round whose timing makes a new largest set of predictions must not allocate on this thread).
-  const size_t bits = static_cast<size_t>(cache.capacity());
+void EagerPlan::Reserve(int32_t cache_bits) {
+  const size_t bits = static_cast<size_t>(cache_bits);
   predicted_.reserve(bits);
   next_.reserve(bits);
   previous_.reserve(bits);
   slots_.reserve(bits);
+  slot_of_bit_.reserve(bits);
+}
+
+void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
+  ClearSlots();
+  slot_of_bit_.resize(cache.capacity(), -1);
   int64_t offset = 0;
   for (const Prediction &prediction : predicted_) {
     const int32_t bit = prediction.bit;

@@ -43,6 +43,9 @@ class EagerPlan {
   EagerPlan(const EagerPlan &) = delete;
   EagerPlan &operator=(const EagerPlan &) = delete;
 
+  // Every list holds distinct bits of a cache of cache_bits: reserved at that once, none grows in a later round,
+  // however many bits a round's timing makes ready at once.
+  void Reserve(int32_t cache_bits);
   // Lays out this round's payload from the prediction; at most max_bytes of tensors (0 turns eager off).
   void Layout(const ResponseCache &cache, int64_t max_bytes);
   const std::vector<EagerSlot> &slots() const { return slots_; }

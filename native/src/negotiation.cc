@@ -118,18 +118,10 @@ void NegotiationRound::Pack() {
   // the eager payload (eager_allreduce.h).
   set_.cache.StartRound();
   set_.eager.Layout(set_.cache, settings_.eager_max_bytes);
-  // The round's lists hold at most one item per cache bit: reserved at that, a round whose timing readies more
-  // bits at once than any before does not allocate.
-  const size_t bits_at_most = static_cast<size_t>(capacity_);
-  set_.round_ready_bits.reserve(bits_at_most);
-  set_.round_cached_bits.reserve(bits_at_most);
-  set_.round.cached.reserve(bits_at_most);
-  set_.round.cached_entries.reserve(bits_at_most);
-  set_.round.eager.reserve(bits_at_most);
-  set_.round.wakers.reserve(static_cast<size_t>(set_.size));  // the first round after a wake from every rank
   std::vector<uint64_t> &bits = set_.round_bits;
-  // The payload is at most eager_max_bytes, each slot rounded up to whole words.
-  bits.reserve(header_words_ + (settings_.eager_max_bytes + 7) / 8 + set_.eager.slots().size());
+  // Its largest size, whatever this round's payload: Layout keeps every slot's word-aligned offset plus its bytes
+  // within eager_max_bytes, so the payload is at most that many bytes rounded up to whole words.
+  bits.reserve(header_words_ + (settings_.eager_max_bytes + 7) / 8);
   bits.assign(header_words_ + set_.eager.payload_words(), 0);
   payload_ = reinterpret_cast<uint8_t *>(bits.data() + header_words_);
   ready_ = bits.data() + 1;
