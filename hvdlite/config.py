@@ -14,6 +14,7 @@ MiB = 1024 * 1024
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
 ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct", "hierarchical")  # index = enum hvdlite_allreduce_algorithm
 OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
+CARRIED_ROUNDS_MODES = ("auto", "on", "off")  # index = enum hvdlite_carried_rounds
 CROSS_HOST_TRANSPORTS = ("tcp", "mpi")  # index = enum hvdlite_cross_host_transport
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
@@ -180,6 +181,10 @@ SETTINGS = (
     Setting("network_interfaces", "HVDLITE_NETWORK_INTERFACES", None, "", "names", _parse_text,
             "Network interfaces (comma-separated) the TCP ring across hosts may use; hvdliterun's "
             "--network-interface sets it; empty: any", default_text="(any)"),
+    Setting("carried_rounds", "HVDLITE_CARRIED_ROUNDS", None, "auto", "choice", _choice_parser(CARRIED_ROUNDS_MODES),
+            "Whether a negotiation round may ride in the last all-reduce of the round before it, so that a step whose "
+            "tensors keep coming exchanges no separate round: on, off, or auto (across hosts, where a round costs "
+            "the link's latency); every rank must use the same (docs/architecture.md)", choices=CARRIED_ROUNDS_MODES),
     Setting("overlap", "HVDLITE_OVERLAP", None, "auto", "choice", _choice_parser(OVERLAP_MODES),
             "Run async collectives while ranks still compute (on), or hold them until every rank waits on one "
             "(off; at most 100 ms); auto: on where a node has more cores than ranks (docs/architecture.md)",
@@ -245,6 +250,7 @@ def to_native(ffi, settings=None):
     config.autotune_warmup_samples = settings["autotune_warmup_samples"]
     config.autotune_steps_per_sample = settings["autotune_steps_per_sample"]
     config.cross_host_transport = CROSS_HOST_TRANSPORTS.index(settings["cross_host_transport"])
+    config.carried_rounds = CARRIED_ROUNDS_MODES.index(settings["carried_rounds"])
     timeline_path = ffi.new("char[]", os.fsencode(settings["timeline_path"]))
     autotune_log = ffi.new("char[]", os.fsencode(settings["autotune_log"]))
     network_interfaces = ffi.new("char[]", settings["network_interfaces"].encode())

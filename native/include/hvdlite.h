@@ -56,6 +56,15 @@ enum hvdlite_overlap {
   HVDLITE_OVERLAP_OFF = 2
 };
 
+/* Whether a negotiation round may ride in the last all-reduce of the round before it (each of its bits one element
+ * of that batch, reduced with it), so that a step whose tensors keep coming exchanges no separate round: AUTO
+ * across hosts (one host's round costs microseconds), ON, OFF. Every rank must use the same value. */
+enum hvdlite_carried_rounds {
+  HVDLITE_CARRIED_ROUNDS_AUTO = 0,
+  HVDLITE_CARRIED_ROUNDS_ON = 1,
+  HVDLITE_CARRIED_ROUNDS_OFF = 2
+};
+
 /* AUTO on one host: MPI_Allreduce below auto_ring_min_bytes; from there DIRECT where the ranks may read each
  * other's memory (process_vm_readv), else RING. AUTO across hosts: MPI_Allreduce below
  * auto_cross_host_ring_min_bytes; from there HIERARCHICAL where every host has as many ranks, else RING.
@@ -99,6 +108,7 @@ typedef struct {
   int32_t autotune_steps_per_sample; /* autotune: negotiation rounds that carried work, per sample */
   int32_t cross_host_transport;     /* enum hvdlite_cross_host_transport */
   const char *network_interfaces;   /* interfaces the TCP ring across hosts may use, comma-separated; NULL or "" any */
+  int32_t carried_rounds;           /* enum hvdlite_carried_rounds */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

@@ -79,6 +79,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.autotune_warmup_samples = std::max(0, c->autotune_warmup_samples);
   s.autotune_steps_per_sample = std::max(1, c->autotune_steps_per_sample);
   s.cross_host_transport = c->cross_host_transport;
+  s.carried_rounds = c->carried_rounds;
   s.network_interfaces = OrEmpty(c->network_interfaces);
   std::string message;
   if (!Core::Get().Init(s, static_cast<const MPI_Comm *>(comm_address), &message)) {

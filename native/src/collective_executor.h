@@ -22,6 +22,11 @@ class CollectiveExecutor {
   // locals[i] is this rank's entry for batch.parts[i], or nullptr where this rank joined.
   // Returns an error message, or an empty string on success.
   std::string Execute(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
+  // A CPU all-reduce batch with count more elements reduced with it (AllreduceExecutor::RunWithTrailer).
+  std::string ExecuteWithTrailer(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals,
+                                 const AllreduceExecutor::Trailer &trailer) {
+    return allreduce_.RunWithTrailer(set, batch, locals, trailer);
+  }
   // A removed process set's NCCL communicator goes with it.
   void ForgetProcessSet(int32_t set_id) {
     if (gpu_) gpu_->ForgetProcessSet(set_id);

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "algorithms/cross_memory.h"
+#include "carried_round.h"
 #include "logging.h"
 #include "mpi_types.h"
 #include "progress_watchdog.h"
@@ -313,6 +314,12 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
     // Across hosts a payload over 16 KiB rides slower than it goes the normal way (eager_allreduce.h).
     settings_.negotiation.eager_max_bytes = std::min(settings_.negotiation.eager_max_bytes, kCrossHostEagerMaxBytes);
   }
+  // Rounds ride in all-reduces only where every rank says so: a rank that appended them alone would reduce a
+  // longer batch than its peers.
+  int carry = settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ||
+              (settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_AUTO && hosts.hosts > 1);
+  MPI_Allreduce(MPI_IN_PLACE, &carry, 1, MPI_INT, MPI_MIN, world_);
+  carry_rounds_ = carry != 0;
   // Only the hierarchical all-reduce (auto's choice across hosts, or forced) crosses hosts by this ring: with ring or
   // mpi forced, no connection is opened that nothing would use.
   const bool hierarchical_possible = algorithms.algorithm == HVDLITE_ALGORITHM_AUTO ||
@@ -411,10 +418,13 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // nothing runs before every rank waits, so a rank whose caller does not wait only keeps a heartbeat, and
       // a waiting rank keeps its rounds going: its own core is idle while its peers finish computing.
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait_for(lock, clock_.UntilNextRound(), [&] {
-        return shutdown_requested_ || timeline_control_.pending() ||
-               (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && clock_.keep_going())));
-      });
+      // A carried round is decided already: it runs now, as on every rank.
+      if (!AnyCarried()) {
+        work_cv_.wait_for(lock, clock_.UntilNextRound(), [&] {
+          return shutdown_requested_ || timeline_control_.pending() ||
+                 (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && clock_.keep_going())));
+        });
+      }
     }
     if (!Iterate()) break;
   }
@@ -453,7 +463,8 @@ bool Core::Iterate() {
   input.shutting_down = shutting_down;
   bool first_round_awake = false;
   const auto now = Clock::now();
-  if (quiet_.quiet()) {
+  ProcessSet &global_set = sets_.global();
+  if (quiet_.quiet()) {  // never with a carried round: a round that carries is not idle
     if (local_work) {
       quiet_.WakePeers();
       input.sent_wake = true;
@@ -473,7 +484,8 @@ bool Core::Iterate() {
 
   ProgressWatchdog &watchdog = ProgressWatchdog::Get();
   watchdog.Busy("a negotiation round");
-  const RoundResult &global = NegotiateRound(sets_.global(), settings_.negotiation, input);
+  const RoundResult &global =
+      global_set.carried ? TakeCarried(global_set) : NegotiateRound(global_set, settings_.negotiation, input);
   watchdog.Progress();
   if (first_round_awake) {
     const std::vector<int32_t> &wakers = global.wakers;
@@ -482,12 +494,14 @@ bool Core::Iterate() {
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
   watchdog.Busy("the collectives of a round");
-  Execute(sets_.global(), global);
+  Execute(global_set, global);
   watchdog.Idle();
   if (global.shutdown) return false;
   if (global.everyone_idle) {
-    // Every rank saw the same result: all stop cycling together until one of them has work.
+    // Every rank saw the same result: all stop cycling together until one of them has work. A carried round
+    // pending in another set found nothing (no rank had anything pending): it is dropped on every rank.
     quiet_.GoQuiet();
+    for (auto &[id, set] : sets_.sets()) set->carried = false;
   } else {
     std::vector<int32_t> ids;
     for (auto &[id, set] : sets_.sets()) {
@@ -496,7 +510,7 @@ bool Core::Iterate() {
     for (int32_t id : ids) {
       ProcessSet &set = *sets_.Find(id);
       watchdog.Busy("a process set's round");
-      Execute(set, NegotiateRound(set, settings_.negotiation, BaseRoundInput()));
+      Execute(set, set.carried ? TakeCarried(set) : NegotiateRound(set, settings_.negotiation, BaseRoundInput()));
       watchdog.Idle();
     }
   }
@@ -524,6 +538,71 @@ void Core::ApplyCoordinatorWords(const uint64_t words[2]) {
 }
 
 bool Core::AnyInFlight() const { return registry_.AnyInFlight(); }
+
+bool Core::AnyCarried() const {
+  for (const auto &[id, set] : sets_.sets()) {
+    if (set->carried) return true;
+  }
+  return false;
+}
+
+const RoundResult &Core::TakeCarried(ProcessSet &set) {
+  set.carried = false;
+  return set.last_round();
+}
+
+const FusedBatch *Core::CarrierOf(const ProcessSet &set, const RoundResult &round, bool changes) const {
+  // Decided from what every rank agreed on: the setting (agreed at set-up), the round's responses and words, the
+  // fusion plan, the set's size. Nothing may run after the carrier, since the next round is decoded after it; nor
+  // may the round be the autotuner's (its words do not ride).
+  if (!carry_rounds_ || lists_.fusion_plan.size() == 0 || !round.slow_path.empty() || changes || round.shutdown ||
+      round.coordinator_words[0] != ~uint64_t{0} || round.coordinator_words[1] != ~uint64_t{0}) {
+    return nullptr;
+  }
+  const FusedBatch &last = *(lists_.fusion_plan.end() - 1);
+  const Request &spec = last.parts.front()->spec;
+  if (spec.collective != Collective::kAllreduce || spec.gpu || !CanCarryBits(spec.dtype, spec.op, set.size)) {
+    return nullptr;
+  }
+  return &last;
+}
+
+void Core::RunCarrier(ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) {
+  // The next round announces what is ready by the time this batch starts: the entries submitted since this round
+  // began join it, this batch's own do not.
+  for (Entry *e : locals) {
+    if (e) e->state = Entry::State::kRunning;
+  }
+  RoundInput input = BaseRoundInput();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lists_.fresh.swap(queue_);
+    input.shutting_down = shutdown_requested_;
+  }
+  Distribute(lists_.fresh);
+  lists_.fresh.clear();
+  input.idle = NothingPending();
+  NegotiationSettings settings = settings_.negotiation;
+  settings.eager_max_bytes = 0;  // the eager payload does not ride
+  NegotiationRound next(set, settings, input);
+  next.Pack();
+  const Request &spec = batch.parts.front()->spec;
+  const int32_t bits = next.carried_bits();
+  carried_bits_.resize(static_cast<size_t>(bits) * DataTypeSize(spec.dtype));
+  next.CarryOut(spec.dtype, spec.op, carried_bits_.data());
+  const std::string error =
+      executor_->ExecuteWithTrailer(set, batch, locals, AllreduceExecutor::Trailer{carried_bits_.data(), bits});
+  NoteProgress();
+  FinishBatch(set, locals.data(), locals.size(), error);
+  if (!error.empty()) {
+    // The same failure on every rank (AllreduceAlgorithm::Run): none decodes the round, each runs its own next.
+    next.Abandon();
+    return;
+  }
+  next.CarryIn(carried_bits_.data(), spec.dtype, spec.op);
+  next.Decode();
+  set.carried = true;
+}
 
 bool Core::NothingPending() const {
   for (const auto &[id, set] : sets_.sets()) {
@@ -683,6 +762,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
   for (const Response &response : round.slow_path) sort_out(response, set.FindPending(response.spec.name));
   const bool record = timeline().active();
   PlanFusion(collectives, settings_.fusion_threshold_bytes, &lists_.fusion_plan);
+  const FusedBatch *carrier = CarrierOf(set, round, !changes.empty());
   for (const FusedBatch &batch : lists_.fusion_plan) {
     std::vector<Entry *> &locals = lists_.batch;
     locals.clear();
@@ -692,10 +772,14 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
       for (Entry *e : locals) {
         if (!e) continue;
         timeline().Record(e->request.name, "QUEUE", e->enqueued, e->negotiation_start);
-        timeline().Record(e->request.name, "NEGOTIATE", e->negotiation_start, now);
+        timeline().Record(e->request.name, round.carried ? "NEGOTIATE_CARRIED" : "NEGOTIATE", e->negotiation_start, now);
       }
     }
     if (batch.parts.front()->spec.collective == Collective::kAllreduce) round_allreduce_bytes_ += batch.total_bytes;
+    if (&batch == carrier) {
+      RunCarrier(set, batch, locals);  // the last batch: the next round is decoded after it
+      continue;
+    }
     std::string error = executor_->Execute(set, batch, locals);
     NoteProgress();
     FinishBatch(set, locals.data(), locals.size(), error);

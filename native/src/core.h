@@ -44,6 +44,7 @@ struct Settings {
   int32_t autotune_steps_per_sample = 20;
   int32_t overlap = HVDLITE_OVERLAP_AUTO;
   int32_t cross_host_transport = HVDLITE_CROSS_HOST_TCP;
+  int32_t carried_rounds = HVDLITE_CARRIED_ROUNDS_AUTO;
   std::string network_interfaces;  // for the TCP ring across hosts; empty: any
 };
 
@@ -129,6 +130,13 @@ class Core {
   // Finish for every entry of a batch that this rank holds (null: joined, nothing here).
   void FinishBatch(ProcessSet &set, Entry *const *entries, size_t count, const std::string &error,
                    int64_t result = 0);
+  // A round carried in the last batch of the round before it (carried_round.h). The batch of this round that
+  // carries the set's next round, or null; RunCarrier runs it with that round's bits, finishes it and decodes the
+  // round into the set (set.carried), which the next pass runs in place of exchanging one.
+  const FusedBatch *CarrierOf(const ProcessSet &set, const RoundResult &round, bool changes) const;
+  void RunCarrier(ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals);
+  const RoundResult &TakeCarried(ProcessSet &set);
+  bool AnyCarried() const;
   void ApplyProcessSetChange(const Response &response);
   void PublishProcessSets();
   bool NothingPending() const;
@@ -164,6 +172,8 @@ class Core {
   RingSockets cross_sockets_;  // the ring across hosts among cross_'s ranks, where TCP is the transport
   ProcessSetTable sets_;
   RoundClock clock_;
+  bool carry_rounds_ = false;           // rounds may ride in all-reduces (agreed by every rank at set-up)
+  std::vector<uint8_t> carried_bits_;   // a carried round's bits as the carrier's elements, reused
   QuietWake quiet_;  // rounds stop while no rank has work (quiet_wake.h)
   TimelineControl timeline_control_;
   Timeline &timeline() { return timeline_control_.timeline(); }

@@ -12,7 +12,8 @@
 namespace hvdlite {
 
 struct Entry {
-  enum class State { kUnannounced, kCached, kAnnounced };
+  // kRunning: in the batch that carries the next round (carried_round.h), so not announced in that round.
+  enum class State { kUnannounced, kCached, kAnnounced, kRunning };
 
   // First what every submission writes and every round reads, side by side: a step's entries are out of the
   // cache by the next step (its data went through it), and each line a submission touches costs a miss.

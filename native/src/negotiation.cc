@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "carried_round.h"
 #include "logging.h"
 #include "reduce_kernels.h"
 
@@ -16,6 +17,7 @@ constexpr uint64_t kJoined = 4;          // set by joined ranks: stays set only 
 constexpr uint64_t kIdle = 8;            // set by ranks with nothing to do: stays set only if all are idle
 constexpr uint64_t kAllWaiting = 16;     // set by ranks with a caller waiting: stays set only if all wait
 constexpr uint64_t kMayHold = 32;        // set by ranks that hold async work and have none waiting too long
+static_assert(kMayHold < uint64_t{1} << NegotiationRound::kFlagBits, "a carried round carries every flag");
 
 bool TestBit(const uint64_t *words, int32_t bit) { return (words[bit / 64] >> (bit % 64)) & 1u; }
 void SetBit(uint64_t *words, int32_t bit) { words[bit / 64] |= uint64_t{1} << (bit % 64); }
@@ -140,7 +142,9 @@ void NegotiationRound::Pack() {
     if (!entry) continue;
     const double age = SecondsSince(entry->enqueued, now_);
     held_too_long |= age > kMaxHoldSeconds;
-    if (entry->state != Entry::State::kAnnounced) slow_path_work |= !AnnounceByCache(*entry, age);
+    if (entry->state == Entry::State::kUnannounced || entry->state == Entry::State::kCached) {
+      slow_path_work |= !AnnounceByCache(*entry, age);
+    }
   }
   // A joined rank is ready for every cached allreduce: it contributes zeros (its eager slots stay zero).
   if (set_.joined) {
@@ -198,8 +202,8 @@ void NegotiationRound::Exchange() {
 
 const RoundResult &NegotiationRound::Decode() {
   const uint64_t flags = set_.round_bits[0];
-  RoundResult &result = set_.round;
-  result.Reset();
+  RoundResult &result = set_.NextRoundResult();
+  result.carried = carried_;
   result.shutdown = !(flags & kNotShuttingDown);
   result.everyone_idle = (flags & kIdle) && (flags & kNoSlowPathWork);
   result.coordinator_words[0] = coordinator_[0];
@@ -214,6 +218,28 @@ const RoundResult &NegotiationRound::Decode() {
   CollectReady(/*everyone_joined=*/flags & kJoined, &result);
   if (!(flags & kNoSlowPathWork)) result.slow_path = SlowPath(set_, now_);
   return result;
+}
+
+void NegotiationRound::CarryOut(DataType dtype, ReduceOp op, uint8_t *elements) const {
+  const int32_t extent = set_.cache.extent();
+  const size_t size = DataTypeSize(dtype);
+  EncodeBits(set_.round_bits.data(), 0, kFlagBits, dtype, op, elements);
+  EncodeBits(ready_, 0, extent, dtype, op, elements + kFlagBits * size);
+  EncodeBits(valid_, 0, extent, dtype, op, elements + (kFlagBits + extent) * size);
+}
+
+void NegotiationRound::CarryIn(const uint8_t *reduced, DataType dtype, ReduceOp op) {
+  const int32_t extent = set_.cache.extent();
+  const size_t size = DataTypeSize(dtype);
+  DecodeBits(reduced, kFlagBits, dtype, op, set_.size, set_.round_bits.data(), 0);
+  DecodeBits(reduced + kFlagBits * size, extent, dtype, op, set_.size, ready_, 0);
+  DecodeBits(reduced + (kFlagBits + extent) * size, extent, dtype, op, set_.size, valid_, 0);
+  carried_ = true;
+}
+
+void NegotiationRound::Abandon() {
+  for (int32_t bit : set_.round_cached_bits) set_.entry_of_bit[bit] = nullptr;
+  set_.round_cached_bits.clear();
 }
 
 void NegotiationRound::EvictInvalidated() {

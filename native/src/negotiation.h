@@ -11,6 +11,7 @@
 
 #include "messages.h"
 #include "process_set.h"
+#include "types.h"
 
 namespace hvdlite {
 
@@ -36,8 +37,7 @@ struct RoundInput {
 
 constexpr double kMaxHoldSeconds = 0.1;
 
-// Runs the round (NegotiationRound's steps) and returns its outcome, which lives in set.round until the set's
-// next round.
+// Runs the round (NegotiationRound's steps) and returns its outcome, which the set keeps until its round after next.
 const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &settings, const RoundInput &input);
 
 // One round in three steps. Pack: this rank's view into the set's bit vector (flags, a ready bit for each request
@@ -51,6 +51,17 @@ class NegotiationRound {
   void Pack();
   void Exchange();
   const RoundResult &Decode();
+
+  // The exchange carried in the last batch of the round before (carried_round.h), in place of Exchange, between
+  // Pack and Decode: the bits that ride (the flags, and the ready and valid bits of the cache's extent; the rest of
+  // the vector is what every rank packs alike when carrying: no eager payload, no coordinator words, no wake), this
+  // rank's as elements of the carrying batch, and the reduced elements back into the vector.
+  static constexpr int32_t kFlagBits = 6;  // the flags of word 0 (negotiation.cc)
+  int32_t carried_bits() const { return kFlagBits + 2 * set_.cache.extent(); }
+  void CarryOut(DataType dtype, ReduceOp op, uint8_t *elements) const;
+  void CarryIn(const uint8_t *reduced, DataType dtype, ReduceOp op);
+  // Where the carrying batch failed: the round does not run, and what Pack marked is as it was.
+  void Abandon();
 
  private:
   // Sets e's ready bit where the cache answers it (true), else sends it the slow way (false).
@@ -66,6 +77,7 @@ class NegotiationRound {
   // Where each part lies in set_.round_bits (set by Pack).
   uint64_t *ready_ = nullptr, *valid_ = nullptr, *coordinator_ = nullptr, *not_woken_by_ = nullptr;
   uint8_t *payload_ = nullptr;
+  bool carried_ = false;  // CarryIn brought the vector
 };
 
 }  // namespace hvdlite

@@ -31,10 +31,12 @@ struct ProcessSet {
     const size_t bits = static_cast<size_t>(cache.capacity());
     round_ready_bits.reserve(bits);
     round_cached_bits.reserve(bits);
-    round.cached.reserve(bits);
-    round.cached_entries.reserve(bits);
-    round.eager.reserve(bits);
-    round.wakers.reserve(static_cast<size_t>(size));
+    for (RoundResult &round : rounds_) {
+      round.cached.reserve(bits);
+      round.cached_entries.reserve(bits);
+      round.eager.reserve(bits);
+      round.wakers.reserve(static_cast<size_t>(size));
+    }
     eager.Reserve(cache.capacity());
   }
   bool member() const { return comm != MPI_COMM_NULL; }
@@ -94,13 +96,24 @@ struct ProcessSet {
   std::vector<Entry *> entry_of_bit;
   std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
-  RoundResult round;                               // the last round's outcome (NegotiateRound), reused
+  // The list a round decodes its outcome into: of the two kept, the one the round before did not use. A round
+  // carried in the last batch of the round before it (carried_round.h) is decoded while that round's lists are
+  // still being run. Both reused.
+  RoundResult &NextRoundResult() {
+    current_round_ ^= 1;
+    rounds_[current_round_].Reset();
+    return rounds_[current_round_];
+  }
+  const RoundResult &last_round() const { return rounds_[current_round_]; }
+  bool carried = false;                            // the last round was carried in and has not run yet
   bool joined = false;                             // this rank called join and waits for the others
 
  private:
   std::unordered_map<std::string_view, Entry *> pending_index_;  // FindPending's, keyed by the entries' names
   bool pending_index_valid_ = false;
   bool has_holes_ = false;
+  RoundResult rounds_[2];
+  int current_round_ = 0;
 };
 
 }  // namespace hvdlite

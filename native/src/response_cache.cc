@@ -94,6 +94,7 @@ void ResponseCache::Put(const Response &response) {
     bits_[response.spec.name] = bit;
   }
   Slot &slot = slots_[bit];
+  extent_ = std::max(extent_, bit + 1);
   slot.used = true;
   slot.response = response;
   slot.response.elements = slot.response.spec.NumElements();  // this copy's shape never changes

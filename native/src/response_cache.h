@@ -21,6 +21,8 @@ class ResponseCache {
   int32_t Lookup(const std::string &name) const;
   const Response &Get(int32_t bit) const { return slots_[bit].response; }
   bool Used(int32_t bit) const { return slots_[bit].used; }
+  // One past the highest bit ever used: every used bit lies below it. Equal on every rank, as the bits are.
+  int32_t extent() const { return extent_; }
   // Changes whenever the bit gets another response (or none), and never repeats, in any cache: a request
   // that matched the bit's response may skip Lookup and Matches while the stamp it saw then holds.
   uint64_t Stamp(int32_t bit) const { return slots_[bit].stamp; }
@@ -58,6 +60,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int32_t> bits_;
   uint64_t tick_ = 0;
+  int32_t extent_ = 0;
   uint64_t round_start_tick_ = 0;
   // Hashes of evicted names, one per slot of a fixed table (a later eviction may overwrite one: the count is
   // a lower bound, and the table never grows).

@@ -110,5 +110,19 @@ TEST(ResponseCache, CapacityZeroCachesNothing) {
   EXPECT_EQ(cache.Lookup("a"), -1);
 }
 
+TEST(ResponseCache, ExtentBoundsEveryBitEverUsed) {
+  ResponseCache cache(8);
+  EXPECT_EQ(cache.extent(), 0);
+  cache.Put(Allreduce("a"));
+  cache.Put(Allreduce("b"));
+  cache.Put(Allreduce("c"));
+  EXPECT_EQ(cache.extent(), 3);
+  cache.Erase(cache.Lookup("c"));
+  EXPECT_EQ(cache.extent(), 3);  // a bound, not shrunk: a carried round's length stays as it was
+  cache.Put(Allreduce("d"));     // the lowest free bit again
+  EXPECT_EQ(cache.Lookup("d"), 2);
+  EXPECT_EQ(cache.extent(), 3);
+}
+
 }  // namespace
 }  // namespace hvdlite

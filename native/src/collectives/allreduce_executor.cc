@@ -35,12 +35,14 @@ AllreduceAlgorithm &AllreduceExecutor::Choose(int64_t bytes, bool global_set) {
   }
 }
 
-std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) {
+std::string AllreduceExecutor::Reduce(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals,
+                                      const Trailer *trailer) {
   const CommContext ctx = ContextOf(set);
   const bool global_set = set.id == 0;
   const Request &spec = batch.parts.front()->spec;
   const size_t element = DataTypeSize(spec.dtype);
-  const int64_t total = batch.total_bytes / static_cast<int64_t>(element);
+  const int64_t trailer_bytes = trailer ? trailer->count * static_cast<int64_t>(element) : 0;
+  const int64_t total = (batch.total_bytes + trailer_bytes) / static_cast<int64_t>(element);
   AllreduceAlgorithm &algorithm = Choose(batch.total_bytes, global_set);
   const bool adasum = spec.op == ReduceOp::kAdasum;  // combines tensor by tensor: always through the buffer
 
@@ -51,7 +53,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
   };
 
   // One tensor that this rank holds: reduce in its output directly, no fusion-buffer copies.
-  if (batch.parts.size() == 1 && locals[0] && !adasum) {
+  if (batch.parts.size() == 1 && locals[0] && !adasum && !trailer) {
     Entry &e = *locals[0];
     auto start = Clock::now();
     std::string error;
@@ -77,11 +79,14 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
       if (bytes > 0) pieces_.push_back(BufferPiece{static_cast<const uint8_t *>(locals[i]->input),
                                                    static_cast<uint8_t *>(locals[i]->output), bytes});
     }
+    const size_t tensor_pieces = pieces_.size();
+    if (trailer) pieces_.push_back(BufferPiece{trailer->values, trailer->values, trailer_bytes});
     auto start = Clock::now();
     std::string error = algorithm.RunPieces(ctx, pieces_, total, spec.dtype, spec.op);
     RecordPhase(timeline_, locals, algorithm.timeline_phase(), start);
     if (!error.empty()) return failed(error);
-    for (const BufferPiece &piece : pieces_) {
+    for (size_t i = 0; i < tensor_pieces; ++i) {
+      const BufferPiece &piece = pieces_[i];
       FinishReduction(piece.output, piece.output, piece.bytes / static_cast<int64_t>(element), spec.dtype, spec.op,
                       spec.postscale, ctx.size);
     }
@@ -89,7 +94,8 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
   }
 
   auto start = Clock::now();
-  if (static_cast<int64_t>(fusion_buffer_.size()) < batch.total_bytes) fusion_buffer_.resize(batch.total_bytes);
+  const int64_t buffer_bytes = batch.total_bytes + trailer_bytes;
+  if (static_cast<int64_t>(fusion_buffer_.size()) < buffer_bytes) fusion_buffer_.resize(buffer_bytes);
   uint8_t *buffer = fusion_buffer_.data();
   int64_t offset = 0;
   for (size_t i = 0; i < batch.parts.size(); ++i) {
@@ -98,6 +104,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
     else std::memset(buffer + offset, 0, count * element);  // joined rank: contributes zeros
     offset += count * static_cast<int64_t>(element);
   }
+  if (trailer) std::memcpy(buffer + batch.total_bytes, trailer->values, trailer_bytes);
   RecordPhase(timeline_, locals, "MEMCPY_IN_FUSION_BUFFER", start);
 
   start = Clock::now();
@@ -111,6 +118,7 @@ std::string AllreduceExecutor::Run(const ProcessSet &set, const FusedBatch &batc
   }
   RecordPhase(timeline_, locals, adasum ? "ADASUM_ALLREDUCE" : algorithm.timeline_phase(), start);
   if (!error.empty()) return failed(error);
+  if (trailer) std::memcpy(trailer->values, buffer + batch.total_bytes, trailer_bytes);
 
   start = Clock::now();
   offset = 0;

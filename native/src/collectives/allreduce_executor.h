@@ -42,12 +42,27 @@ struct HostLayout {
 class AllreduceExecutor : public BatchExecutor {
  public:
   AllreduceExecutor(const AlgorithmSettings &settings, const HostLayout &layout, Timeline &timeline);
-  std::string Run(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) override;
+  std::string Run(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals) override {
+    return Reduce(set, batch, locals, nullptr);
+  }
+  // Run with count more elements of the batch's dtype after its tensors, reduced with them, in place and raw (no
+  // prescale, postscale or average): a carried round's bits (carried_round.h). Not for Adasum.
+  struct Trailer {
+    uint8_t *values;
+    int64_t count;
+  };
+  std::string RunWithTrailer(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals,
+                             const Trailer &trailer) {
+    return Reduce(set, batch, locals, &trailer);
+  }
   const char *TimelinePhase(Collective) const override { return nullptr; }  // each step records its own
   // global_set: the batch belongs to the global process set (the only one the hierarchical all-reduce serves).
   AllreduceAlgorithm &Choose(int64_t bytes, bool global_set);
 
  private:
+  std::string Reduce(const ProcessSet &set, const FusedBatch &batch, const std::vector<Entry *> &locals,
+                     const Trailer *trailer);
+
   AlgorithmSettings settings_;
   HostLayout layout_;
   Timeline &timeline_;
