@@ -247,6 +247,16 @@ def summary_block(results):
     return "\n".join(rows)
 
 
+def carried_rounds_block(result):
+    m = result.get("machine", {})
+    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; simulated hosts (network namespaces), links "
+             f"shaped to {result.get('rate_mbit', '?')} Mbit/s, MPICH's {result.get('network', '?')} layer; backward "
+             f"pass {result.get('backward_ms', '?')} ms of computation",
+             f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s",
+             f"- command: `sudo {m.get('command', '')}`"]
+    return "\n".join(lines) + "\n\n![carried rounds](benchmarks/carried_rounds.png)\n\n" + result["table"]
+
+
 def plot_all(results):
     sys.path.insert(0, HERE)
     if results.get("allreduce"):
@@ -262,6 +272,9 @@ def plot_all(results):
     if results.get("multihost"):
         import multihost
         multihost.plot(results["multihost"]["rows"], os.path.join(PLOTS, "multihost.png"))
+    if results.get("carried_rounds"):
+        import carried_rounds
+        carried_rounds.plot(results["carried_rounds"]["rows"], os.path.join(PLOTS, "carried_rounds.png"))
     allreduces = {name: results[name] for name in GPU_ALLREDUCES if results.get(name)}
     if results.get("gpu_training") or allreduces:
         plot_gpu(allreduces, results.get("gpu_training"), os.path.join(PLOTS, "gpu.png"))
@@ -280,7 +293,8 @@ def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
                                              "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
                                              "autotune",
-                                             "multihost", "elastic_commit", "elastic_commit_gpu", "gpu_training",
+                                             "multihost", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
+                                             "gpu_training",
                                              *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
         text = f.read()
@@ -290,6 +304,7 @@ def main():
                              results[name] for name in ("torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts")
                              if results[name]])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
+                         ("carried_rounds", carried_rounds_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))

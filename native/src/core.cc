@@ -320,6 +320,9 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
               (settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_AUTO && hosts.hosts > 1);
   MPI_Allreduce(MPI_IN_PLACE, &carry, 1, MPI_INT, MPI_MIN, world_);
   carry_rounds_ = carry != 0;
+  int64_t carrier_min_bytes = settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ? 0 : kAutoCarrierMinBytes;
+  MPI_Allreduce(MPI_IN_PLACE, &carrier_min_bytes, 1, MPI_INT64_T, MPI_MAX, world_);
+  carrier_min_bytes_ = carrier_min_bytes;
   // Only the hierarchical all-reduce (auto's choice across hosts, or forced) crosses hosts by this ring: with ring or
   // mpi forced, no connection is opened that nothing would use.
   const bool hierarchical_possible = algorithms.algorithm == HVDLITE_ALGORITHM_AUTO ||
@@ -561,7 +564,8 @@ const FusedBatch *Core::CarrierOf(const ProcessSet &set, const RoundResult &roun
   }
   const FusedBatch &last = *(lists_.fusion_plan.end() - 1);
   const Request &spec = last.parts.front()->spec;
-  if (spec.collective != Collective::kAllreduce || spec.gpu || !CanCarryBits(spec.dtype, spec.op, set.size)) {
+  if (spec.collective != Collective::kAllreduce || spec.gpu || !CanCarryBits(spec.dtype, spec.op, set.size) ||
+      last.total_bytes < carrier_min_bytes_) {
     return nullptr;
   }
   return &last;

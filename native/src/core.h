@@ -173,6 +173,12 @@ class Core {
   ProcessSetTable sets_;
   RoundClock clock_;
   bool carry_rounds_ = false;           // rounds may ride in all-reduces (agreed by every rank at set-up)
+  // The smallest batch that carries a round (agreed at set-up). Auto: a batch that takes longer than a cycle over a
+  // 1 Gbit/s link, so the round it carries, decided as it starts, would not have fused more at the next cycle; rounds
+  // carried in smaller batches ran as more, smaller collectives (60 tensors of 0.3 MB in all, 2 hosts: 0.73-0.78x
+  // the step rate in 2 pairs of 5; bench/carried_rounds.py). On: any batch.
+  static constexpr int64_t kAutoCarrierMinBytes = 256 << 10;
+  int64_t carrier_min_bytes_ = 0;
   std::vector<uint8_t> carried_bits_;   // a carried round's bits as the carrier's elements, reused
   QuietWake quiet_;  // rounds stop while no rank has work (quiet_wake.h)
   TimelineControl timeline_control_;

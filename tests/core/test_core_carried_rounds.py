@@ -20,9 +20,10 @@ from harness.reference import check_close, rank_input, reduce_reference
 # tensors then go in one round, where nothing is left to ride.
 pytestmark = [pytest.mark.ranks(2, 3, 4), pytest.mark.across_hosts, pytest.mark.hvd_env(HVDLITE_OVERLAP="on")]
 
-# A step like a backward pass: a large gradient first, whose all-reduce runs while the others arrive; float32 and
-# float64, sum and average, with min, max and product too (each carries the round's bits its own way).
-GRADIENTS = [("lead", "float32", 600_000, "sum")] + [
+# A step like a backward pass: two large gradients first (two batches: the second carries the next round, which
+# auto does from 256 KiB), whose all-reduces run while the others arrive; float32 and float64, sum and average, with
+# min, max and product too (each carries the round's bits its own way).
+GRADIENTS = [("lead", "float32", 2_000_000, "sum"), ("lead64", "float64", 1_000_000, "average")] + [
     (f"g{i}", dtype, count, op) for i, (dtype, count, op) in enumerate([
         ("float32", 20_000, "average"), ("float64", 3_000, "sum"), ("float32", 150_000, "min"),
         ("float32", 700, "max"), ("float64", 40_000, "product"), ("int32", 9_000, "sum"), ("float32", 90_000, "sum"),
@@ -42,8 +43,8 @@ def run_step(step, shapes=None):
         shape = (shapes or {}).get(name, (count,))
         handles.append(hvd.allreduce_async(rank_input(dtype, shape, rank, op, seed=(name, step)), name=name,
                                            op=OPS[op]))
-        if i == 0:
-            time.sleep(0.002)  # the lead's round starts alone; the rest arrive while it reduces
+        if i == 1:
+            time.sleep(0.002)  # the leads' round starts without the rest, which arrive while it reduces
     for (name, dtype, count, op), handle in zip(GRADIENTS, handles):
         want = reduce_reference([rank_input(dtype, (count,), r, op, seed=(name, step)) for r in range(size)], op)
         check_close(name, np.asarray(hvd.synchronize(handle)), want, dtype, f"step {step}, rank {rank}:")
