@@ -38,11 +38,11 @@ def hosts():
 
 def run_step(step, shapes=None):
     rank, size = hvd.rank(), hvd.size()
+    inputs = [rank_input(dtype, (shapes or {}).get(name, (count,)), rank, op, seed=(name, step))
+              for name, dtype, count, op in GRADIENTS]  # made first: submissions follow each other closely
     handles = []
-    for i, (name, dtype, count, op) in enumerate(GRADIENTS):
-        shape = (shapes or {}).get(name, (count,))
-        handles.append(hvd.allreduce_async(rank_input(dtype, shape, rank, op, seed=(name, step)), name=name,
-                                           op=OPS[op]))
+    for i, ((name, _, _, op), tensor) in enumerate(zip(GRADIENTS, inputs)):
+        handles.append(hvd.allreduce_async(tensor, name=name, op=OPS[op]))
         if i == 1:
             time.sleep(0.002)  # the leads' round starts without the rest, which arrive while it reduces
     for (name, dtype, count, op), handle in zip(GRADIENTS, handles):
@@ -57,6 +57,7 @@ def negotiations(trace):
     return names.count("NEGOTIATE_CARRIED"), names.count("NEGOTIATE")
 
 
+@pytest.mark.sanitize(address=True, thread=True)
 @pytest.mark.parametrize("mode", [
     pytest.param(mode, marks=pytest.mark.hvd_env(HVDLITE_CARRIED_ROUNDS=mode), id=mode) for mode in ("on", "auto")])
 def test_rounds_ride_in_all_reduces_while_a_step_keeps_tensors_coming(mode):
