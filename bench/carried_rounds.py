@@ -15,7 +15,6 @@ tensor's negotiation NEGOTIATE_CARRIED or NEGOTIATE: the share carried comes fro
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -100,28 +99,12 @@ def run_job(args):
 
 # ---------------------------------------------------------------------------------------------- the driver
 def run_layout(hosts, layout, model, args):
-    from harness import simulated_hosts
+    import common
     count, per_host = LAYOUTS[layout]
-    with tempfile.TemporaryDirectory(prefix="hvdlite-carried-") as folder:
-        job_json = os.path.join(folder, "job.json")
-        program = [sys.executable, os.path.abspath(__file__), "--job", "--job-json", job_json, "--model", model,
-                   "--pairs", str(args.pairs), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                   "--backward-ms", str(args.backward_ms)]
-        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        argv = simulated_hosts.mpiexec_argv(hosts, mpiexec, per_host, "blocks", program,
-                                            env=simulated_hosts.NETWORK_LAYERS[args.network].items(), count=count)
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HVDLITE_BENCH_LAUNCHED="1")
-        process = hosts.popen("h1", argv, env=env, cwd=ROOT)
-        try:
-            code = process.wait(timeout=args.job_timeout)
-        except subprocess.TimeoutExpired:
-            hosts.kill_processes()
-            raise SystemExit(f"{layout} {model}: the job did not finish in {args.job_timeout} s")
-        hosts.kill_processes()
-        if code != 0:
-            raise SystemExit(f"{layout} {model}: the job failed (exit {code})")
-        with open(job_json) as stream:
-            return json.load(stream)
+    program = [sys.executable, os.path.abspath(__file__), "--job", "--model", model, "--pairs", str(args.pairs),
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--backward-ms", str(args.backward_ms)]
+    return common.run_job_on_hosts(hosts, program, count, per_host, "blocks", args.network, args.job_timeout,
+                                   f"{layout} {model}")
 
 
 def summarise(layout, job):

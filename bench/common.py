@@ -240,3 +240,29 @@ def start_torch_distributed(backend="gloo"):
     port = COMM.bcast(port, root=0)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank(), world_size=size())
     return dist
+
+
+def run_job_on_hosts(hosts, program, count, per_host, placement, network, timeout, what):
+    """Runs program (an argv, to which ``--job-json PATH`` is appended) on count ranks of simulated hosts
+    (tests/harness/simulated_hosts.py), per_host a host, started from h1 in the project's root, and returns what its
+    rank 0 wrote to PATH. A job that fails or outlasts timeout ends the benchmark with a message naming `what`."""
+    import tempfile
+
+    from harness import simulated_hosts
+    with tempfile.TemporaryDirectory(prefix="hvdlite-bench-") as folder:
+        job_json = os.path.join(folder, "job.json")
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        argv = simulated_hosts.mpiexec_argv(hosts, mpiexec, per_host, placement, [*program, "--job-json", job_json],
+                                            env=simulated_hosts.NETWORK_LAYERS[network].items(), count=count)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HVDLITE_BENCH_LAUNCHED="1")
+        process = hosts.popen("h1", argv, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            hosts.kill_processes()
+            raise SystemExit(f"{what}: the job did not finish in {timeout} s")
+        hosts.kill_processes()
+        if code != 0:
+            raise SystemExit(f"{what}: the job failed (exit {code})")
+        with open(job_json) as stream:
+            return json.load(stream)

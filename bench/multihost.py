@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,27 +152,11 @@ def tcp_try_mbit(hosts, seconds=3.0):
 
 
 def run_layout(hosts, layout, sizes, args):
-    from harness import simulated_hosts
+    import common
     count, per_host, placement = LAYOUTS[layout]
-    with tempfile.TemporaryDirectory(prefix="hvdlite-multihost-") as folder:
-        job_json = os.path.join(folder, "job.json")
-        program = [sys.executable, os.path.abspath(__file__), "--job", "--job-json", job_json,
-                   "--sizes", ",".join(map(str, sizes)), "--repeats", str(args.repeats), "--budget", str(args.budget)]
-        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        argv = simulated_hosts.mpiexec_argv(hosts, mpiexec, per_host, placement, program,
-                                            env=simulated_hosts.NETWORK_LAYERS[args.network].items(), count=count)
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HVDLITE_BENCH_LAUNCHED="1")
-        process = hosts.popen("h1", argv, env=env, cwd=ROOT)
-        try:
-            code = process.wait(timeout=args.job_timeout)
-        except subprocess.TimeoutExpired:
-            hosts.kill_processes()
-            raise SystemExit(f"{layout}: the job did not finish in {args.job_timeout} s")
-        hosts.kill_processes()
-        if code != 0:
-            raise SystemExit(f"{layout}: the job failed (exit {code})")
-        with open(job_json) as stream:
-            return json.load(stream)
+    program = [sys.executable, os.path.abspath(__file__), "--job", "--sizes", ",".join(map(str, sizes)),
+               "--repeats", str(args.repeats), "--budget", str(args.budget)]
+    return common.run_job_on_hosts(hosts, program, count, per_host, placement, args.network, args.job_timeout, layout)
 
 
 def summarise(records):
