@@ -316,13 +316,13 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   }
   // Rounds ride in all-reduces only where every rank says so: a rank that appended them alone would reduce a
   // longer batch than its peers.
-  int carry = settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ||
-              (settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_AUTO && hosts.hosts > 1);
-  MPI_Allreduce(MPI_IN_PLACE, &carry, 1, MPI_INT, MPI_MIN, world_);
-  carry_rounds_ = carry != 0;
-  int64_t carrier_min_bytes = settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ? 0 : kAutoCarrierMinBytes;
-  MPI_Allreduce(MPI_IN_PLACE, &carrier_min_bytes, 1, MPI_INT64_T, MPI_MAX, world_);
-  carrier_min_bytes_ = carrier_min_bytes;
+  // One maximum over the ranks answers both: does any rank refuse, and the largest bound any rank asks for.
+  const bool carry = settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ||
+                     (settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_AUTO && hosts.hosts > 1);
+  int64_t agreed[2] = {carry ? 0 : 1, settings.carried_rounds == HVDLITE_CARRIED_ROUNDS_ON ? 0 : kAutoCarrierMinBytes};
+  MPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_INT64_T, MPI_MAX, world_);
+  carry_rounds_ = agreed[0] == 0;
+  carrier_min_bytes_ = agreed[1];
   // Only the hierarchical all-reduce (auto's choice across hosts, or forced) crosses hosts by this ring: with ring or
   // mpi forced, no connection is opened that nothing would use.
   const bool hierarchical_possible = algorithms.algorithm == HVDLITE_ALGORITHM_AUTO ||

@@ -237,7 +237,9 @@ void NegotiationRound::CarryIn(const uint8_t *reduced, DataType dtype, ReduceOp 
   carried_ = true;
 }
 
-void NegotiationRound::Abandon() {
+void NegotiationRound::Abandon() { ForgetAnnounced(); }
+
+void NegotiationRound::ForgetAnnounced() {
   for (int32_t bit : set_.round_cached_bits) set_.entry_of_bit[bit] = nullptr;
   set_.round_cached_bits.clear();
 }
@@ -277,8 +279,7 @@ void NegotiationRound::CollectReady(bool everyone_joined, RoundResult *result) {
       }
     }
   }
-  for (int32_t bit : set_.round_cached_bits) set_.entry_of_bit[bit] = nullptr;
-  set_.round_cached_bits.clear();
+  ForgetAnnounced();
   set_.eager.Observe(ready_bits);
 }
 

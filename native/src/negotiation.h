@@ -68,6 +68,8 @@ class NegotiationRound {
   bool AnnounceByCache(Entry &e, double age);
   void EvictInvalidated();
   void CollectReady(bool everyone_joined, RoundResult *result);
+  // entry_of_bit back to all null, for the bits this rank announced (the round is decoded, or abandoned).
+  void ForgetAnnounced();
 
   ProcessSet &set_;
   const NegotiationSettings &settings_;
