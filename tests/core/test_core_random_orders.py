@@ -3,8 +3,9 @@ become ready in whatever order each rank's backward pass finishes them: all-redu
 ride in the negotiation round, fused batches, ones large enough for the ring), all-gathers of rank-dependent rows
 and broadcasts from a changing root, some tensors only in some steps, some waited for in the middle of a step.
 Every result on every rank equals a float64 reference, with the default response cache, one too small for a step
-(entries evicted and renegotiated while others are cached), and rounds carried in all-reduces. A tensor that some ranks never submit fails on the
-ranks that did, naming the missing ranks, while everything else of that step completes and the next step runs.
+(entries evicted and renegotiated while others are cached), and rounds carried in all-reduces. A tensor that some
+ranks never submit fails on the ranks that did, naming the missing ranks, while everything else of that step
+completes and the next step runs.
 
 At 2, 3 and 4 ranks, and across simulated hosts (make test-across-hosts: 2x2 and 2x1).
 """
@@ -19,13 +20,14 @@ from harness.reference import check_close, np_dtype, rank_input, reduce_referenc
 from harness.seeds import seed_of
 
 STEPS = 10
-# Rounds carried in all-reduces (test_core_carried_rounds.py), with async work run as it comes so that they ride often
-# (across hosts auto carries them by default).
+# Rounds carried in all-reduces (test_core_carried_rounds.py), with async work run as it comes so that they ride often.
+# Not rerun across hosts, where auto carries them in the other cases already.
 CARRIED = pytest.mark.hvd_env(HVDLITE_CARRIED_ROUNDS="on", HVDLITE_OVERLAP="on")
+ACROSS_HOSTS = pytest.mark.across_hosts
 # One collective of the catalogue: op is an all-reduce's (None for the others); optional ones run in some steps only.
 Item = namedtuple("Item", "name kind dtype shape op optional")
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max}
-pytestmark = [pytest.mark.ranks(3, 2, 4), pytest.mark.across_hosts,
+pytestmark = [pytest.mark.ranks(3, 2, 4),
               # A cached request older than half the stall check goes the slow way (so the coordinator can name the
               # missing ranks): with a short check, a slow rank's requests take both ways within one run.
               pytest.mark.hvd_env(HVDLITE_STALL_CHECK_TIME_SECONDS=2, HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=4)]
@@ -112,8 +114,9 @@ def run_step(items, step, skip=(), hold=()):
 
 
 @pytest.mark.parametrize("setting", [
-    pytest.param(None, id="default cache"),
-    pytest.param(16, marks=pytest.mark.hvd_env(HVDLITE_CACHE_CAPACITY=16), id="cache smaller than a step"),
+    pytest.param(None, marks=ACROSS_HOSTS, id="default cache"),
+    pytest.param(16, marks=[pytest.mark.hvd_env(HVDLITE_CACHE_CAPACITY=16), ACROSS_HOSTS],
+                 id="cache smaller than a step"),
     pytest.param("carried", marks=CARRIED, id="rounds carried in all-reduces")])
 def test_random_orders_give_every_rank_the_reference_results(setting):
     hvd.init()
@@ -123,7 +126,7 @@ def test_random_orders_give_every_rank_the_reference_results(setting):
     hvd.shutdown()
 
 
-@pytest.mark.parametrize("setting", [pytest.param(None, id="default"),
+@pytest.mark.parametrize("setting", [pytest.param(None, marks=ACROSS_HOSTS, id="default"),
                                      pytest.param("carried", marks=CARRIED, id="rounds carried in all-reduces")])
 def test_a_tensor_some_ranks_skip_fails_where_submitted_and_the_rest_completes(setting):
     hvd.init()

@@ -12,8 +12,9 @@ TIER_MARKS = {
     "long": "a whole program that takes long, beside quick tests of the same parts (make check)",
     "across_hosts": "rerun by make test-across-hosts on simulated hosts: 4-rank tests on 2x2, 2-rank tests on 2x1",
     "openmpi": "rerun by make test-openmpi with Open MPI",
-    "sanitize(address, thread)": "multi-rank tests rerun under AddressSanitizer+UBSan (address=True) and "
-                                 "ThreadSanitizer (thread=True): tests/sanitizers/run.sh",
+    "sanitize(address, thread, own_count)": "multi-rank tests rerun under AddressSanitizer+UBSan (address=True) and "
+                                            "ThreadSanitizer (thread=True), own_count=True: at the test's own rank "
+                                            "count only: tests/sanitizers/run.sh",
 }
 
 

@@ -42,10 +42,11 @@ esac
 # The tests marked sanitize(KIND=True) (tests/harness/marks.py), multi-rank ones only (-m ranks): the whole-program
 # tests of those files start system tools (pgrep, ps) that must not run with a sanitizer's runtime preloaded.
 # AddressSanitizer runs 2 and 3 ranks (shares and offsets differ with the count: an even and an odd one) and
-# each test's own count; ThreadSanitizer each test's own count only: the races it looks for are between a
-# process's threads, which are the same at any rank count. Their 4-rank runs on 2 cores took half their time.
+# each test's own count, except tests marked own_count=True (where the count changes nothing the core does);
+# ThreadSanitizer each test's own count only: the races it looks for are between a process's threads, which are the
+# same at any rank count. Their 4-rank runs on 2 cores took half their time.
 case $kind in
-  address) selection="ranks and sanitize(address=True) and not (extra_ranks and ranks_4)" ;;
+  address) selection="ranks and sanitize(address=True) and not (extra_ranks and (ranks_4 or sanitize(own_count=True)))" ;;
   thread) selection="ranks and sanitize(thread=True) and not extra_ranks" ;;
 esac
 exec "$python" -m pytest tests -q -p no:cacheprovider -m "$selection" "$@"
