@@ -88,22 +88,19 @@ bool CanCarryBits(DataType dtype, ReduceOp op, int32_t ranks) {
   }
 }
 
-void EncodeBits(const uint64_t *words, int32_t first, int32_t count, DataType dtype, ReduceOp op, uint8_t *elements) {
+void EncodeBits(const uint64_t *words, int32_t count, DataType dtype, ReduceOp op, uint8_t *elements) {
   const size_t size = DataTypeSize(dtype);
-  for (int32_t i = 0; i < count; ++i) {
-    const int32_t bit = first + i;
-    StoreElement(elements + i * size, dtype, Vote((words[bit / 64] >> (bit % 64)) & 1u, op));
+  for (int32_t bit = 0; bit < count; ++bit) {
+    StoreElement(elements + bit * size, dtype, Vote((words[bit / 64] >> (bit % 64)) & 1u, op));
   }
 }
 
-void DecodeBits(const uint8_t *elements, int32_t count, DataType dtype, ReduceOp op, int32_t ranks, uint64_t *words,
-                int32_t first) {
+void DecodeBits(const uint8_t *elements, int32_t count, DataType dtype, ReduceOp op, int32_t ranks, uint64_t *words) {
   const size_t size = DataTypeSize(dtype);
   const double unanimous = Unanimous(op, ranks);
-  for (int32_t i = 0; i < count; ++i) {
-    const int32_t bit = first + i;
+  for (int32_t bit = 0; bit < count; ++bit) {
     const uint64_t mask = uint64_t{1} << (bit % 64);
-    if (LoadElement(elements + i * size, dtype) == unanimous) words[bit / 64] |= mask;
+    if (LoadElement(elements + bit * size, dtype) == unanimous) words[bit / 64] |= mask;
     else words[bit / 64] &= ~mask;
   }
 }

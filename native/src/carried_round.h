@@ -17,11 +17,11 @@ namespace hvdlite {
 // Whether a batch of this dtype and op, reduced over this many ranks, can carry bits exactly.
 bool CanCarryBits(DataType dtype, ReduceOp op, int32_t ranks);
 
-// Bits [first, first + count) of words, as this rank's vote on each: count elements of dtype at elements.
-void EncodeBits(const uint64_t *words, int32_t first, int32_t count, DataType dtype, ReduceOp op, uint8_t *elements);
+// The first count bits of words, as this rank's vote on each: count elements of dtype at elements.
+void EncodeBits(const uint64_t *words, int32_t count, DataType dtype, ReduceOp op, uint8_t *elements);
 
-// The reduced elements back into bits [first, first + count) of words: set where every rank's vote was set.
-void DecodeBits(const uint8_t *elements, int32_t count, DataType dtype, ReduceOp op, int32_t ranks, uint64_t *words,
-                int32_t first);
+// The reduced elements back into the first count bits of words: set where every rank's vote was set; the bits after
+// them are left as they are.
+void DecodeBits(const uint8_t *elements, int32_t count, DataType dtype, ReduceOp op, int32_t ranks, uint64_t *words);
 
 }  // namespace hvdlite

@@ -453,12 +453,7 @@ int Core::WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::stead
 }
 
 bool Core::Iterate() {
-  bool shutting_down;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lists_.fresh.swap(queue_);
-    shutting_down = shutdown_requested_;
-  }
+  const bool shutting_down = TakeQueue();
   timeline_control_.Apply();
   const bool local_work = !lists_.fresh.empty() || shutting_down;
   const int64_t finished_before = finished_;
@@ -477,8 +472,7 @@ bool Core::Iterate() {
     first_round_awake = true;
   }
   timeline().MarkCycle(now);
-  Distribute(lists_.fresh);
-  lists_.fresh.clear();
+  DistributeTaken();
   input.idle = NothingPending();
   if (autotuner_) {
     input.coordinator_words[0] = static_cast<uint64_t>(autotuner_->fusion_threshold_bytes());
@@ -578,13 +572,8 @@ void Core::RunCarrier(ProcessSet &set, const FusedBatch &batch, const std::vecto
     if (e) e->state = Entry::State::kRunning;
   }
   RoundInput input = BaseRoundInput();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lists_.fresh.swap(queue_);
-    input.shutting_down = shutdown_requested_;
-  }
-  Distribute(lists_.fresh);
-  lists_.fresh.clear();
+  input.shutting_down = TakeQueue();
+  DistributeTaken();
   input.idle = NothingPending();
   NegotiationSettings settings = settings_.negotiation;
   settings.eager_max_bytes = 0;  // the eager payload does not ride
@@ -648,9 +637,15 @@ void Core::TearDown() {
   registry_.Clear();  // prepared requests' tokens stay unknown: their holders submit by value
 }
 
-void Core::Distribute(const std::vector<Entry *> &fresh) {
+bool Core::TakeQueue() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lists_.fresh.swap(queue_);
+  return shutdown_requested_;
+}
+
+void Core::DistributeTaken() {
   auto now = Clock::now();
-  for (Entry *e : fresh) {
+  for (Entry *e : lists_.fresh) {
     ProcessSet *found = sets_.Find(e->process_set_id);
     if (!found || !found->member()) {
       FailForRemovedSet(*e);
@@ -661,6 +656,7 @@ void Core::Distribute(const std::vector<Entry *> &fresh) {
     if (e->request.collective == Collective::kJoin) set.joined = true;
     set.Arrive(e);
   }
+  lists_.fresh.clear();
 }
 
 void Core::Finish(ProcessSet &set, Entry &entry, const std::string &error, int64_t result) {

@@ -118,7 +118,10 @@ class Core {
   // needs more is unavailable ("" when nothing is missing).
   std::string DescribeHosts(const Topology &t, HostLayout *hosts);
   void TearDown();
-  void Distribute(const std::vector<Entry *> &fresh);
+  // Takes what callers queued since the last take into lists_.fresh; returns whether shutdown was requested.
+  bool TakeQueue();
+  // Hands each entry taken to its process set, in the order they were queued, and empties lists_.fresh.
+  void DistributeTaken();
   // A request whose process set was removed before it ran: out of flight, its handle failed.
   void FailForRemovedSet(Entry &entry);
   // Finishes what the round completed eagerly, then runs what it made ready.

@@ -223,17 +223,17 @@ const RoundResult &NegotiationRound::Decode() {
 void NegotiationRound::CarryOut(DataType dtype, ReduceOp op, uint8_t *elements) const {
   const int32_t extent = set_.cache.extent();
   const size_t size = DataTypeSize(dtype);
-  EncodeBits(set_.round_bits.data(), 0, kFlagBits, dtype, op, elements);
-  EncodeBits(ready_, 0, extent, dtype, op, elements + kFlagBits * size);
-  EncodeBits(valid_, 0, extent, dtype, op, elements + (kFlagBits + extent) * size);
+  EncodeBits(set_.round_bits.data(), kFlagBits, dtype, op, elements);
+  EncodeBits(ready_, extent, dtype, op, elements + kFlagBits * size);
+  EncodeBits(valid_, extent, dtype, op, elements + (kFlagBits + extent) * size);
 }
 
 void NegotiationRound::CarryIn(const uint8_t *reduced, DataType dtype, ReduceOp op) {
   const int32_t extent = set_.cache.extent();
   const size_t size = DataTypeSize(dtype);
-  DecodeBits(reduced, kFlagBits, dtype, op, set_.size, set_.round_bits.data(), 0);
-  DecodeBits(reduced + kFlagBits * size, extent, dtype, op, set_.size, ready_, 0);
-  DecodeBits(reduced + (kFlagBits + extent) * size, extent, dtype, op, set_.size, valid_, 0);
+  DecodeBits(reduced, kFlagBits, dtype, op, set_.size, set_.round_bits.data());
+  DecodeBits(reduced + kFlagBits * size, extent, dtype, op, set_.size, ready_);
+  DecodeBits(reduced + (kFlagBits + extent) * size, extent, dtype, op, set_.size, valid_);
   carried_ = true;
 }
 

@@ -16,9 +16,9 @@ const DataType kDtypes[] = {DataType::kUInt8, DataType::kInt8, DataType::kInt16,
                             DataType::kFloat32, DataType::kFloat64, DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
-// Each rank's bits [first, first + count) through Encode, reduced rank by rank, then Decode: compared with the AND.
+// Each rank's first count bits through Encode, reduced rank by rank, then Decode: compared with the AND.
 void ExpectAndOfRanks(DataType dtype, ReduceOp op, int32_t ranks, uint32_t seed) {
-  constexpr int32_t kFirst = 5, kCount = 150, kWords = 3;
+  constexpr int32_t kCount = 150, kWords = 3;
   std::mt19937 random(seed);
   // Most bits set on most ranks, as in a round: an AND of independent coin flips would be almost always clear.
   std::bernoulli_distribution mostly_set(1.0 - 1.0 / (2.0 * ranks));
@@ -27,17 +27,17 @@ void ExpectAndOfRanks(DataType dtype, ReduceOp op, int32_t ranks, uint32_t seed)
   std::vector<uint8_t> reduced(kCount * size), mine(kCount * size);
   for (int32_t r = 0; r < ranks; ++r) {
     std::vector<uint64_t> words(kWords, 0);
-    for (int32_t b = kFirst; b < kFirst + kCount; ++b) {
+    for (int32_t b = 0; b < kCount; ++b) {
       if (mostly_set(random)) words[b / 64] |= uint64_t{1} << (b % 64);
     }
     for (int32_t w = 0; w < kWords; ++w) expected[w] &= words[w];
-    EncodeBits(words.data(), kFirst, kCount, dtype, op, r == 0 ? reduced.data() : mine.data());
+    EncodeBits(words.data(), kCount, dtype, op, r == 0 ? reduced.data() : mine.data());
     if (r > 0) ReduceInto(reduced.data(), mine.data(), kCount, dtype, op);
   }
-  std::vector<uint64_t> decoded(kWords, 0xa5a5a5a5a5a5a5a5ull);  // bits outside the range stay as they were
-  DecodeBits(reduced.data(), kCount, dtype, op, ranks, decoded.data(), kFirst);
+  std::vector<uint64_t> decoded(kWords, 0xa5a5a5a5a5a5a5a5ull);  // bits after the range stay as they were
+  DecodeBits(reduced.data(), kCount, dtype, op, ranks, decoded.data());
   for (int32_t b = 0; b < kWords * 64; ++b) {
-    const bool inside = b >= kFirst && b < kFirst + kCount;
+    const bool inside = b < kCount;
     const uint64_t &source = inside ? expected[b / 64] : uint64_t{0xa5a5a5a5a5a5a5a5ull};
     ASSERT_EQ((decoded[b / 64] >> (b % 64)) & 1, (source >> (b % 64)) & 1)
         << "dtype " << static_cast<int>(dtype) << " op " << static_cast<int>(op) << " ranks " << ranks << " bit " << b;
