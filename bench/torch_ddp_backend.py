@@ -1,7 +1,8 @@
 """torch.distributed on hvdlite's backend against gloo, side by side in one job: DDP training throughput on the
 hvdlite backend, on gloo, and with hvdlite's own DistributedOptimizer (ResNet-like, MLP, transformer; ResNet-18
-with --models), each with its scaling efficiency against one rank training alone, and dist.all_reduce from 4 KiB to
-256 MiB with the CPU it keeps busy meanwhile.
+with --models), each with its scaling efficiency against one rank training alone and the CPU each rank keeps busy
+(hvdlite's background thread's share apart), and dist.all_reduce from 4 KiB to 256 MiB with the CPU it keeps busy
+meanwhile.
 
     python bench/torch_ddp_backend.py --np 2                       # tables on stdout
     python bench/torch_ddp_backend.py --np 2 --json bench/results/torch_ddp_backend.json --plot out.png
@@ -86,6 +87,22 @@ def build_model(kind):
     return Transformer(), (64,), 100
 
 
+def core_thread_cpu_s():
+    """CPU seconds hvdlite's background thread (named hvdlite-core) has used in this process."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "hvdlite-core":
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # from the state on: utime and stime are 11 and 12
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def train_models(args, rank, size, gloo, log):
     import copy
 
@@ -141,25 +158,34 @@ def train_models(args, rank, size, gloo, log):
             for _ in range(args.num_warmup_batches):
                 step(net, opt)
         rates = {name: [] for name in trainers}
+        cores = {name: [] for name in trainers}  # CPU cores busy per rank: the whole process, hvdlite's thread
         order = list(trainers)
         for iteration in range(args.num_iters):
             turn = order[iteration % len(order):] + order[:iteration % len(order)]
             for name in turn:
                 net, opt = trainers[name]
                 dist.barrier(group=gloo)
-                start = time.perf_counter()
+                start, start_cpu, start_core = time.perf_counter(), time.process_time(), core_thread_cpu_s()
                 for _ in range(args.num_batches_per_iter):
                     step(net, opt)
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                wall = time.perf_counter() - start
+                spent = torch.tensor([(time.process_time() - start_cpu) / wall,
+                                      (core_thread_cpu_s() - start_core) / wall], dtype=torch.float64)
+                elapsed = torch.tensor([wall], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
+                dist.all_reduce(spent, group=gloo)
                 rates[name].append(size * args.batch_size * args.num_batches_per_iter / elapsed.item())
+                cores[name].append((spent / size).tolist())
         # DDP's buckets on hvdlite, as rebuilt after the first step: one c10d all-reduce each per step (the layer's
         # cost is paid per call)
         buckets = [b.buffer().numel() * b.buffer().element_size()
                    for b in trainers["ddp_hvdlite"][0].reducer._get_zeros_like_grad_buckets()]
-        results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates, "one_rank_samples_per_s": one_rank,
+        results[kind] = {"parameters": parameters, "samples_per_s_per_iter": rates, "cores_per_iter": cores,
+                         "one_rank_samples_per_s": one_rank,
                          "ranks": size, "ddp_bucket_bytes": buckets, "batch_per_rank": args.batch_size}
-        log(f"{kind}: " + ", ".join(f"{n} {statistics.median(r):.1f}" for n, r in rates.items()))
+        log(f"{kind}: " + ", ".join(
+            f"{n} {statistics.median(r):.1f} ({statistics.median(c[0] for c in cores[n]):.2f} cores, hvdlite's thread "
+            f"{statistics.median(c[1] for c in cores[n]):.2f})" for n, r in rates.items()))
     return results
 
 
@@ -242,6 +268,18 @@ def summarize(results):
                      " | ".join(f"{statistics.median(rates[n]):.1f}" for n in TRAINERS) +
                      f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} | "
                      f"{r['optimizer_over_gloo']:.3f} | {efficiency} |")
+    measured = [(kind, r["cores_per_iter"]) for kind, r in results["training"].items() if "cores_per_iter" in r]
+    if measured:
+        lines += ["", "CPU cores each rank kept busy while training (process CPU time over wall time, all threads), and "
+                  "of those hvdlite's background thread:", "",
+                  "| model | DDP on gloo | DDP on hvdlite (its thread) | DistributedOptimizer (its thread) |",
+                  "|---|---:|---:|---:|"]
+        for kind, cores in measured:
+            process = {n: statistics.median(c[0] for c in cores[n]) for n in TRAINERS}
+            thread = {n: statistics.median(c[1] for c in cores[n]) for n in TRAINERS}
+            lines.append(f"| {kind} | {process['ddp_gloo']:.2f} | {process['ddp_hvdlite']:.2f} "
+                         f"({thread['ddp_hvdlite']:.2f}) | {process['hvdlite_optimizer']:.2f} "
+                         f"({thread['hvdlite_optimizer']:.2f}) |")
     if results.get("allreduce"):
         cores = "hvdlite_cpu_cores" in results["allreduce"][0]
         direct = "direct_ms" in results["allreduce"][0]
