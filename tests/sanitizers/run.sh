@@ -49,4 +49,4 @@ case $kind in
   address) selection="ranks and sanitize(address=True) and not (extra_ranks and (ranks_4 or sanitize(own_count=True)))" ;;
   thread) selection="ranks and sanitize(thread=True) and not extra_ranks" ;;
 esac
-exec "$python" -m pytest tests -q -p no:cacheprovider -m "$selection" "$@"
+exec "$python" -m pytest tests -q --durations=15 -p no:cacheprovider -m "$selection" "$@"
