@@ -10,7 +10,8 @@ PIP := $(PYTHON) -m pip
 STAMPS := $(VENV)/.stamps
 HVDLITERUN := $(VENV)/bin/hvdliterun
 # --durations: each stage's log names its slowest tests, which is where CI's time budget is kept.
-PYTEST := $(PYTHON) -m pytest tests -q --durations=15
+PYTEST_FLAGS := -q --durations=15
+PYTEST := $(PYTHON) -m pytest tests $(PYTEST_FLAGS)
 # TIMED "what" command...: runs the command and prints how long it took.
 TIMED := bash buildsystem/timed.sh
 
@@ -61,7 +62,7 @@ test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT := 1
 test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 test-openmpi: export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 test-openmpi: $(OPENMPI_VENV)/.stamps/hvdlite
-	@$(TIMED) "Open MPI: pytest -m openmpi" $(OPENMPI_VENV)/bin/python -m pytest tests -q --durations=15 \
+	@$(TIMED) "Open MPI: pytest -m openmpi" $(OPENMPI_VENV)/bin/python -m pytest tests $(PYTEST_FLAGS) \
 		-m "openmpi and not (extra_ranks and not ranks_2)"
 
 $(OPENMPI_VENV)/.stamps/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt
