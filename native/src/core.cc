@@ -353,6 +353,11 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   MutableGlobalMpiTypes().Create();
 
   sets_.Reset(t.size, world_, settings.cache_capacity);
+  if (hosts.cross_sockets) {
+    round_across_hosts_.Start(t.rank, hosts.local, hosts.cross, cross_sockets_);
+    sets_.global().across_hosts = &round_across_hosts_;
+    if (t.rank == 0) Log(LogLevel::kDebug, "negotiation rounds across hosts wait on the ring's TCP connections");
+  }
   executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline());
   autotuner_.reset();
   if (settings.autotune && t.rank == 0) {
@@ -625,6 +630,7 @@ void Core::TearDown() {
   }
   sets_.Clear();
   executor_.reset();
+  round_across_hosts_.Stop();
   cross_sockets_.Close("hvdlite shut down");
   autotuner_.reset();  // closes the autotune log
   MPI_Comm_free(&local_);

@@ -23,6 +23,7 @@
 #include "request_registry.h"
 #include "round_clock.h"
 #include "timeline_control.h"
+#include "round_across_hosts.h"
 #include "transport/ring_sockets.h"
 
 namespace hvdlite {
@@ -173,6 +174,7 @@ class Core {
   Settings settings_;
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   RingSockets cross_sockets_;  // the ring across hosts among cross_'s ranks, where TCP is the transport
+  RoundAcrossHosts round_across_hosts_;  // the global set's rounds over those connections, where they are open
   ProcessSetTable sets_;
   RoundClock clock_;
   bool carry_rounds_ = false;           // rounds may ride in all-reduces (agreed by every rank at set-up)

@@ -14,6 +14,7 @@
 #include "entry.h"
 #include "messages.h"
 #include "response_cache.h"
+#include "round_across_hosts.h"
 #include "round_result.h"
 
 namespace hvdlite {
@@ -96,6 +97,8 @@ struct ProcessSet {
   std::vector<Entry *> entry_of_bit;
   std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
+  // The global set's rounds across hosts where the ring's TCP connections are open (else null: MPI_Allreduce).
+  RoundAcrossHosts *across_hosts = nullptr;
   // The list a round decodes its outcome into: of the two kept, the one the round before did not use. A round
   // carried in the last batch of the round before it (carried_round.h) is decoded while that round's lists are
   // still being run. Both reused.

@@ -1,0 +1,32 @@
+// An all-gather of one equal-sized block per rank around the ring's TCP connections (transport/ring_sockets.h): each
+// rank sends its own block to its right neighbour, then passes on each block it receives from its left one but the
+// last, n-1 steps in all, and a block's bytes go on as soon as they arrive. Waits block in poll().
+//
+// For the small messages of a negotiation round across hosts, where MPI's all-reduce busy-polls for as long as a peer
+// still computes (round_across_hosts.h). A gather rather than a reduction along the ring: n-1 hops instead of 2(n-1),
+// and each rank folds the blocks itself, in one order every rank shares.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "../algorithms/allreduce_algorithm.h"
+
+namespace hvdlite {
+
+class RingSockets;
+
+class RingGather {
+ public:
+  explicit RingGather(RingSockets &sockets) : sockets_(sockets) {}
+  // ctx: the ranks the sockets connect (its rank and size; its communicator is not used). blocks: ctx.size blocks of
+  // `bytes` each, by rank; this rank's own is in place on entry, every rank's on return. Returns "" or why not: a
+  // failure closes the sockets, so that every rank of the ring fails at once rather than waits.
+  std::string Run(const CommContext &ctx, uint8_t *blocks, int64_t bytes);
+
+ private:
+  std::string Failed(const std::string &what);
+
+  RingSockets &sockets_;
+};
+
+}  // namespace hvdlite
