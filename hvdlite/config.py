@@ -163,12 +163,14 @@ SETTINGS = (
     Setting("auto_ring_min_bytes", "HVDLITE_AUTO_RING_MIN_BYTES", None, 256 * 1024, "bytes",
             _parse_non_negative_int, "With auto, messages from this many bytes use direct (or the ring), "
             "smaller ones MPI_Allreduce (measured: docs/benchmarks.md)", default_text="262144 (256 KiB)"),
-    Setting("auto_cross_host_ring_min_bytes", "HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES", None, 1 * MiB, "bytes",
+    Setting("auto_cross_host_ring_min_bytes", "HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES", None, -1, "bytes",
             _parse_non_negative_int, "Across hosts, with auto, messages from this many bytes use the hierarchical "
             "all-reduce (or the ring), smaller ones MPI_Allreduce; the hierarchical one's step across hosts uses "
-            "the ring from this many bytes too (measured across hosts at 1 Gbit/s: "
-            "docs/decisions/allreduce-across-hosts.md; bench/multihost.py measures it on your links)",
-            default_text="1048576 (1 MiB)"),
+            "the ring from this many bytes too. By default 256 KiB where every host has one rank (the ring across "
+            "hosts then reads the tensors where they are) and 1 MiB where hosts have more (below that the halves "
+            "within a host cost more than they save). Measured across hosts at 1 Gbit/s: "
+            "docs/decisions/allreduce-across-hosts.md; bench/multihost.py measures it on your links",
+            default_text="262144 (256 KiB) with one rank per host, else 1048576 (1 MiB)"),
     Setting("eager_max_bytes", "HVDLITE_EAGER_MAX_BYTES", None, 64 * 1024, "bytes", _parse_non_negative_int,
             "Small all-reduces that repeat round after round travel inside the negotiation round, when all that "
             "is predicted for a round fits in this many bytes (across hosts at most 16 KiB, measured); 0 disables "

@@ -96,7 +96,8 @@ typedef struct {
   int64_t ring_segment_bytes;       /* pipelining segment of the ring */
   int64_t auto_ring_min_bytes;      /* auto on one host: ring or direct from this many bytes, MPI below */
   int64_t auto_cross_host_ring_min_bytes; /* auto across hosts, and the hierarchical one's step across hosts:
-                                             the ring from this many bytes, MPI below */
+                                             the ring from this many bytes, MPI below; negative: by layout
+                                             (256 KiB where every host has one rank, else 1 MiB) */
   int32_t log_level;                /* 0 trace, 1 debug, 2 info, 3 warning, 4 error, 5 fatal */
   const char *timeline_path;        /* NULL or "" for none */
   int32_t timeline_mark_cycles;

@@ -354,7 +354,7 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
 
   sets_.Reset(t.size, world_, settings.cache_capacity);
   if (hosts.cross_sockets) {
-    round_across_hosts_.Start(t.rank, hosts.local, hosts.cross, cross_sockets_);
+    round_across_hosts_.Start(hosts.local, hosts.cross, cross_sockets_);
     sets_.global().across_hosts = &round_across_hosts_;
     if (t.rank == 0) Log(LogLevel::kDebug, "negotiation rounds across hosts wait on the ring's TCP connections");
   }

@@ -56,21 +56,18 @@ void EagerPlan::Layout(const ResponseCache &cache, int64_t max_bytes) {
   payload_words_ = offset / 8;
 }
 
-void EagerPlan::Combine(const uint64_t *in, uint64_t *inout, int32_t header_words) const {
-  for (int32_t w = 0; w < header_words; ++w) inout[w] &= in[w];
-  const uint8_t *in_payload = reinterpret_cast<const uint8_t *>(in + header_words);
-  uint8_t *inout_payload = reinterpret_cast<uint8_t *>(inout + header_words);
-  for (const EagerSlot &slot : slots_) {
-    ReduceInto(inout_payload + slot.offset_bytes, in_payload + slot.offset_bytes, slot.count, slot.dtype, slot.op);
-  }
-}
-
 void EagerPlan::Reduce(void *in, void *inout, int *len, MPI_Datatype *) {
   const EagerPlan &plan = *g_running;
   const int64_t element_words = g_running_header_words + plan.payload_words_;
   for (int element = 0; element < *len; ++element) {
-    plan.Combine(static_cast<const uint64_t *>(in) + element * element_words,
-                 static_cast<uint64_t *>(inout) + element * element_words, g_running_header_words);
+    const uint64_t *src = static_cast<const uint64_t *>(in) + element * element_words;
+    uint64_t *dst = static_cast<uint64_t *>(inout) + element * element_words;
+    for (int32_t w = 0; w < g_running_header_words; ++w) dst[w] &= src[w];
+    const uint8_t *src_payload = reinterpret_cast<const uint8_t *>(src + g_running_header_words);
+    uint8_t *dst_payload = reinterpret_cast<uint8_t *>(dst + g_running_header_words);
+    for (const EagerSlot &slot : plan.slots_) {
+      ReduceInto(dst_payload + slot.offset_bytes, src_payload + slot.offset_bytes, slot.count, slot.dtype, slot.op);
+    }
   }
 }
 

@@ -59,9 +59,6 @@ class EagerPlan {
   // MPI_Allreduce over [header | payload] in place: AND on the header words (the negotiation's bit
   // vector), each slot's own reduction on the payload. Background thread only.
   void Allreduce(uint64_t *buffer, int32_t header_words, MPI_Comm comm);
-  // inout <- in (+) inout over one such buffer, as Allreduce's reduction does: for callers that combine the
-  // buffers themselves (round_across_hosts.h).
-  void Combine(const uint64_t *in, uint64_t *inout, int32_t header_words) const;
   // Records the bits that were ready everywhere this round: the prediction for the next one.
   void Observe(const std::vector<int32_t> &ready_bits);
   void FreeMpiObjects();

@@ -193,10 +193,10 @@ bool NegotiationRound::AnnounceByCache(Entry &e, double age) {
 
 void NegotiationRound::Exchange() {
   std::vector<uint64_t> &bits = set_.round_bits;
-  if (set_.across_hosts) {
-    set_.across_hosts->Allreduce(bits.data(), header_words_, set_.eager);
-  } else if (set_.eager.payload_words() > 0) {
+  if (set_.eager.payload_words() > 0) {
     set_.eager.Allreduce(bits.data(), header_words_, set_.comm);
+  } else if (set_.across_hosts) {
+    set_.across_hosts->Allreduce(bits.data(), header_words_);
   } else {
     MPI_Allreduce(MPI_IN_PLACE, bits.data(), header_words_, MPI_UINT64_T, MPI_BAND, set_.comm);
   }

@@ -97,7 +97,7 @@ struct ProcessSet {
   std::vector<Entry *> entry_of_bit;
   std::vector<int32_t> round_cached_bits;          // the bits of entry_of_bit set this round
   EagerPlan eager;
-  // The global set's rounds across hosts where the ring's TCP connections are open (else null: MPI_Allreduce).
+  // The global set's rounds of bits across hosts where the ring's TCP connections are open (else null: MPI).
   RoundAcrossHosts *across_hosts = nullptr;
   // The list a round decodes its outcome into: of the two kept, the one the round before did not use. A round
   // carried in the last batch of the round before it (carried_round.h) is decoded while that round's lists are

@@ -1,12 +1,15 @@
 // The global set's negotiation round across hosts without MPI's busy-polling. MPI_Allreduce across hosts spins (in
 // MPICH's progress loop, yielding) for as long as a peer has not reached the round: a peer still computing its
 // backward pass, or not running at all where ranks share cores, so the wait took CPU from the ranks' computation,
-// and was most of the background thread's CPU time in training across hosts. Here the ranks of a host reduce the
-// round over MPI within the host (shared memory, all of them at the round together), then each all-gathers its
-// host's result over its ring of TCP connections across hosts (transport/ring_gather.h), waiting in poll() like the
-// ring all-reduce beside it, and folds the hosts' results in one fixed order: the order of each host's first rank,
-// so the float payloads of eager all-reduces (eager_allreduce.h) come out bitwise equal on every rank, whichever
-// ring carried them.
+// and was most of the background thread's CPU time in training across hosts. Here the ranks of a host AND the
+// round's bits over MPI within the host (shared memory), then each all-gathers its host's bits over its ring of TCP
+// connections across hosts (transport/ring_gather.h), waiting in poll() like the ring all-reduce beside it, and ANDs
+// the hosts' bits.
+//
+// Only rounds of bits: a round whose payload carries small all-reduces' values (eager_allreduce.h) still goes by
+// MPI_Allreduce, whose reduce-scatter sends fewer bytes than a gather and whose polling answers sooner. Such rounds
+// are loops of small synchronous all-reduces, where the ranks arrive together; over the connections a synchronous
+// 16 KiB all-reduce on 4 hosts took twice as long.
 //
 // Every rank runs each round, so the rings' streams stay in step; each block leads with the round's number and
 // length, and a block that disagrees ends the job, as a broken connection does: a round cannot be taken back once
@@ -24,29 +27,23 @@
 
 namespace hvdlite {
 
-class EagerPlan;
 class RingSockets;
 
 class RoundAcrossHosts {
  public:
-  // Collective over every rank of the job (rank: its rank there). local: this host's ranks; cross: one rank per host,
-  // those the connected sockets join.
-  void Start(int rank, const CommContext &local, const CommContext &cross, RingSockets &sockets);
+  // Collective over every rank. local: this host's ranks; cross: one rank per host, those the connected sockets join.
+  void Start(const CommContext &local, const CommContext &cross, RingSockets &sockets);
   void Stop();  // frees what Start made; before MPI ends
-  bool started() const { return gather_ != nullptr; }
-  // In place over [header | payload] of NegotiationRound: AND on the header words, the eager plan's reduction of
-  // each slot on the payload; the same bits and bytes on every rank, or the job ends.
-  void Allreduce(uint64_t *buffer, int32_t header_words, EagerPlan &eager);
+  // AND of `words` words over every rank, in place; the same bits on every rank, or the job ends.
+  void Allreduce(uint64_t *bits, int32_t words);
 
  private:
   [[noreturn]] void Fail(const std::string &why) const;
 
   MPI_Comm local_ = MPI_COMM_NULL;  // a duplicate of the host's communicator, for the rounds alone
-  int local_size_ = 1;
   CommContext cross_{MPI_COMM_NULL, 0, 1};
   std::unique_ptr<RingGather> gather_;
-  std::vector<int32_t> fold_order_;  // the cross ranks by their host's first world rank
-  std::vector<uint64_t> blocks_;     // one block per host: [round number, words, the host's buffer]
+  std::vector<uint64_t> blocks_;  // one block per host: [round number, words, the host's bits]
   uint64_t round_ = 0;
 };
 

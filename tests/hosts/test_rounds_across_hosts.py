@@ -3,9 +3,10 @@ hosts (network namespaces, needs root).
 
 A rank that waits in a round for a peer that is not running (stopped with SIGSTOP for 3 s, as a rank descheduled on
 a busy host or still computing) keeps no core busy on the other hosts: its process uses a small part of a core over
-the wait, where MPI's all-reduce polled for the whole of it. Small all-reduces that ride in the rounds (eager, of
-random float32 values, many steps) equal the float64 reference on every rank and are bitwise equal across ranks,
-each ring folding its hosts' values in the same order, on 3 hosts x 1 rank and 2 hosts x 2 ranks.
+the wait, where MPI's all-reduce polled for the whole of it (the tensor is cached and too big to ride in the round:
+the slow path, for names not yet agreed, and rounds that carry small all-reduces' values still go by MPI). Rounds of bits over the connections and rounds that carry small all-reduces' values
+over MPI (eager, random float32 values, many steps) interleave: those all-reduces equal the float64 reference on
+every rank and are bitwise equal across ranks, on 3 hosts x 1 rank and 2 hosts x 2 ranks.
 """
 import os
 import re
@@ -38,12 +39,16 @@ for step in range(30):  # small tensors: after a few steps their values ride in 
         assert np.allclose(out, reference, rtol=1e-5, atol=1e-5), (step, t, np.abs(out - reference).max())
         digest.update(out.tobytes())
 print(f"DIGEST {{rank}} {{digest.hexdigest()}}", flush=True)
+# Cached, so that the wait below is a round's (a new name would wait in MPI's slow path), and over 16 KiB, so that it
+# does not ride in the round (rounds with values go by MPI).
+for step in range(3):
+    hvd.allreduce(np.ones(1 << 14, np.float32), name="after the pause", op=hvd.Sum)
 
 if rank == 0:  # resumed by a helper PAUSE_S later; the others wait for it in a round
     subprocess.Popen(["sh", "-c", f"sleep {PAUSE_S}; kill -CONT {{os.getpid()}}"])
     os.kill(os.getpid(), signal.SIGSTOP)
 cpu, wall = time.process_time(), time.monotonic()
-out = hvd.allreduce(np.ones(1024, np.float32), name="after the pause", op=hvd.Sum)
+out = hvd.allreduce(np.ones(1 << 14, np.float32), name="after the pause", op=hvd.Sum)
 cpu, wall = time.process_time() - cpu, time.monotonic() - wall
 assert np.all(out == size), out[:4]
 print(f"WAITED {{rank}} {{socket.gethostname()}} {{wall:.3f}} {{cpu:.3f}}", flush=True)

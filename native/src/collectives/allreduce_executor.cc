@@ -13,9 +13,10 @@ AllreduceExecutor::AllreduceExecutor(const AlgorithmSettings &settings, const Ho
       timeline_(timeline),
       ring_(settings.ring_segment_bytes),
       hierarchical_(direct_, ring_, settings.ring_segment_bytes) {
+  settings_.auto_cross_host_ring_min_bytes = CrossHostRingMinBytes(settings.auto_cross_host_ring_min_bytes, layout);
   if (layout.cross_sockets) tcp_ring_ = std::make_unique<TcpRingAllreduce>(*layout.cross_sockets, settings.ring_segment_bytes);
   hierarchical_.SetTopology(layout.local, layout.cross, layout.direct_within_host,
-                            settings.auto_cross_host_ring_min_bytes, tcp_ring_.get());
+                            settings_.auto_cross_host_ring_min_bytes, tcp_ring_.get());
 }
 
 AllreduceAlgorithm &AllreduceExecutor::Choose(int64_t bytes, bool global_set) {

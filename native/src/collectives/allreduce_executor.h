@@ -20,9 +20,8 @@ struct AlgorithmSettings {
   int32_t algorithm = HVDLITE_ALGORITHM_AUTO;
   int64_t ring_segment_bytes = 4 << 20;     // defaults as in hvdlite/config.py (measured there)
   int64_t auto_ring_min_bytes = 256 << 10;
-  // Across hosts, MPI_Allreduce below: measured at 1 Gbit/s, from 1 MiB hierarchical (or the ring) is level with or
-  // faster than it on every layout, below it is not (docs/decisions/allreduce-across-hosts.md).
-  int64_t auto_cross_host_ring_min_bytes = 1 << 20;
+  // Across hosts, MPI_Allreduce below; negative: by layout (CrossHostRingMinBytes).
+  int64_t auto_cross_host_ring_min_bytes = -1;
   bool direct_available = false;  // all ranks on one host and able to read each other's memory (probed)
   double progress_timeout_seconds = 0;  // a GPU collective unfinished this long ends the process (gpu_watch.h)
 };
@@ -38,6 +37,18 @@ struct HostLayout {
   bool direct_within_host = false;  // this host's ranks (on every host) can read each other's memory
   RingSockets *cross_sockets = nullptr;  // the cross ranks' TCP ring, connected; null: the ring across hosts is MPI's
 };
+
+// Measured at 1 Gbit/s (docs/decisions/allreduce-across-hosts.md): with one rank per host the ring across hosts is
+// level with MPI_Allreduce from 64 KiB and faster from 256 KiB, waiting in poll() where MPI keeps a core busy; with
+// several, the halves within the host make the hierarchical all-reduce slower than MPI below 1 MiB.
+constexpr int64_t kOneRankPerHostRingMinBytes = 256 << 10;
+constexpr int64_t kHierarchicalMinBytes = 1 << 20;
+
+// The setting where it is one, else the bound of this layout (the same on every rank: every host has one rank, or not).
+inline int64_t CrossHostRingMinBytes(int64_t setting, const HostLayout &layout) {
+  if (setting >= 0) return setting;
+  return layout.same_ranks_per_host && layout.local.size == 1 ? kOneRankPerHostRingMinBytes : kHierarchicalMinBytes;
+}
 
 class AllreduceExecutor : public BatchExecutor {
  public:

@@ -10,6 +10,37 @@
 #include "ring_sockets.h"
 
 namespace hvdlite {
+namespace {
+
+// One way around the ring: step s sends the block of rank - s x way (its own first) and receives that of
+// rank - (s + 1) x way; what a step sends is what the step before received.
+struct Way {
+  int send_fd, receive_fd;
+  int way;  // +1: to the right (blocks of the ranks on the left arrive), -1: to the left
+  int steps;
+  int send_step = 0, receive_step = 0;
+  int64_t sent = 0, received = 0;
+
+  bool done() const { return send_step == steps && receive_step == steps; }
+  // Bytes of the current send step's block that this rank has.
+  int64_t SendReady(int64_t bytes) const {
+    if (send_step == steps) return 0;
+    if (send_step == 0 || receive_step >= send_step) return bytes;
+    return receive_step == send_step - 1 ? received : 0;
+  }
+  void Advance(int64_t bytes) {
+    while (send_step < steps && sent == bytes) {
+      ++send_step;
+      sent = 0;
+    }
+    while (receive_step < steps && received == bytes) {
+      ++receive_step;
+      received = 0;
+    }
+  }
+};
+
+}  // namespace
 
 std::string RingGather::Failed(const std::string &what) {
   sockets_.Close(what);
@@ -17,59 +48,53 @@ std::string RingGather::Failed(const std::string &what) {
 }
 
 std::string RingGather::Run(const CommContext &ctx, uint8_t *blocks, int64_t bytes) {
-  const int n = ctx.size, rank = ctx.rank, steps = n - 1;
+  const int n = ctx.size, rank = ctx.rank;
   if (n == 1 || bytes == 0) return "";
   if (!sockets_.connected()) return "the ring across hosts is closed: " + sockets_.closed_because();
-  // Step s sends the block of rank - s (its own first) and receives that of rank - 1 - s: what it sends is what
-  // the step before received.
+  // Both ways at once (each connection carries bytes both ways): a block goes at most n/2 hops, and each
+  // connection carries half the blocks in each direction.
+  Way ways[2] = {{sockets_.right(), sockets_.left(), +1, n / 2}, {sockets_.left(), sockets_.right(), -1, (n - 1) / 2}};
   auto block = [&](int owner) { return blocks + static_cast<int64_t>((owner % n + n) % n) * bytes; };
-  int send_step = 0, recv_step = 0;
-  int64_t sent = 0, received = 0;
-  while (send_step < steps || recv_step < steps) {
-    if (send_step < steps && sent == bytes) {
-      ++send_step;
-      sent = 0;
-      continue;
-    }
-    if (recv_step < steps && received == bytes) {
-      ++recv_step;
-      received = 0;
-      continue;
-    }
-    const int64_t send_ready = send_step == steps        ? 0
-                               : send_step == 0          ? bytes
-                               : recv_step >= send_step  ? bytes
-                               : recv_step == send_step - 1 ? received
-                                                            : 0;
-    // Small blocks mostly go at once: try first, wait only when neither end can move.
+  auto neighbour = [&](int fd) { return std::to_string(((fd == sockets_.right() ? rank + 1 : rank - 1) % n + n) % n); };
+  while (!ways[0].done() || !ways[1].done()) {
+    // Small blocks mostly go at once: try first, wait only when nothing moves.
     bool moved = false;
-    if (sent < send_ready) {
-      const ssize_t done = send(sockets_.right(), block(rank - send_step) + sent, static_cast<size_t>(send_ready - sent),
-                                MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (done < 0 && errno != EAGAIN && errno != EINTR) {
-        return Failed("sending to the next host (rank " + std::to_string((rank + 1) % n) + "): " + std::strerror(errno));
+    for (Way &w : ways) {
+      const int64_t ready = w.SendReady(bytes);
+      if (w.sent < ready) {
+        const ssize_t done = send(w.send_fd, block(rank - w.way * w.send_step) + w.sent,
+                                  static_cast<size_t>(ready - w.sent), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (done < 0 && errno != EAGAIN && errno != EINTR) {
+          return Failed("sending to host rank " + neighbour(w.send_fd) + ": " + std::strerror(errno));
+        }
+        if (done > 0) {
+          w.sent += done;
+          moved = true;
+        }
       }
-      if (done > 0) {
-        sent += done;
-        moved = true;
+      if (w.receive_step < w.steps) {
+        const ssize_t done = recv(w.receive_fd, block(rank - w.way * (w.receive_step + 1)) + w.received,
+                                  static_cast<size_t>(bytes - w.received), MSG_DONTWAIT);
+        if (done == 0 || (done < 0 && errno != EAGAIN && errno != EINTR)) {
+          return Failed("receiving from host rank " + neighbour(w.receive_fd) + ": " +
+                        (done == 0 ? std::string("it closed the connection") : std::strerror(errno)));
+        }
+        if (done > 0) {
+          w.received += done;
+          moved = true;
+          NoteProgress();
+        }
       }
-    }
-    if (recv_step < steps) {
-      const ssize_t done = recv(sockets_.left(), block(rank - 1 - recv_step) + received,
-                                static_cast<size_t>(bytes - received), MSG_DONTWAIT);
-      if (done == 0 || (done < 0 && errno != EAGAIN && errno != EINTR)) {
-        return Failed("receiving from the previous host (rank " + std::to_string((rank - 1 + n) % n) + "): " +
-                      (done == 0 ? std::string("it closed the connection") : std::strerror(errno)));
-      }
-      if (done > 0) {
-        received += done;
-        moved = true;
-        NoteProgress();
-      }
+      w.Advance(bytes);
     }
     if (moved) continue;
-    pollfd fds[2] = {{sockets_.right(), static_cast<short>(sent < send_ready ? POLLOUT : 0), 0},
-                     {sockets_.left(), static_cast<short>(recv_step < steps ? POLLIN : 0), 0}};
+    pollfd fds[2] = {{sockets_.right(), 0, 0}, {sockets_.left(), 0, 0}};
+    for (Way &w : ways) {
+      pollfd &send_end = w.send_fd == fds[0].fd ? fds[0] : fds[1];
+      pollfd &receive_end = w.receive_fd == fds[0].fd ? fds[0] : fds[1];
+      if (w.sent < w.SendReady(bytes)) send_end.events |= POLLOUT;
+      if (w.receive_step < w.steps) receive_end.events |= POLLIN;
+    }
     if (poll(fds, 2, -1) < 0 && errno != EINTR) return Failed(std::string("poll: ") + std::strerror(errno));
   }
   return "";

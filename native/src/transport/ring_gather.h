@@ -1,10 +1,10 @@
-// An all-gather of one equal-sized block per rank around the ring's TCP connections (transport/ring_sockets.h): each
-// rank sends its own block to its right neighbour, then passes on each block it receives from its left one but the
-// last, n-1 steps in all, and a block's bytes go on as soon as they arrive. Waits block in poll().
+// An all-gather of one equal-sized block per rank around the ring's TCP connections (transport/ring_sockets.h), both
+// ways at once: each rank sends its own block to both neighbours and passes on what arrives, so a block travels at
+// most n/2 hops and a block's bytes go on as soon as they arrive. Waits block in poll().
 //
 // For the small messages of a negotiation round across hosts, where MPI's all-reduce busy-polls for as long as a peer
-// still computes (round_across_hosts.h). A gather rather than a reduction along the ring: n-1 hops instead of 2(n-1),
-// and each rank folds the blocks itself, in one order every rank shares.
+// still computes (round_across_hosts.h). A gather rather than a reduction along the ring: fewer hops, and each rank
+// folds the blocks itself, in one order every rank shares.
 #pragma once
 #include <cstdint>
 #include <string>
