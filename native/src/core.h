@@ -21,9 +21,9 @@
 #include "process_set_table.h"
 #include "quiet_wake.h"
 #include "request_registry.h"
+#include "round_across_hosts.h"
 #include "round_clock.h"
 #include "timeline_control.h"
-#include "round_across_hosts.h"
 #include "transport/ring_sockets.h"
 
 namespace hvdlite {

@@ -5,6 +5,7 @@
 #include "carried_round.h"
 #include "logging.h"
 #include "reduce_kernels.h"
+#include "round_across_hosts.h"
 
 namespace hvdlite {
 namespace {

@@ -14,10 +14,11 @@
 #include "entry.h"
 #include "messages.h"
 #include "response_cache.h"
-#include "round_across_hosts.h"
 #include "round_result.h"
 
 namespace hvdlite {
+
+class RoundAcrossHosts;
 
 struct ProcessSet {
   ProcessSet(int32_t id, std::vector<int32_t> ranks, MPI_Comm comm, int32_t cache_capacity)
