@@ -140,6 +140,7 @@ demo: native
 # Each bench script that has a __main__ (helpers such as common.py have none), with no arguments; the GPU ones
 # (bench/gpu_*.py) only where a GPU answers.
 bench: native
+	$(PIP) install -q matplotlib  # the plots (the bench extra)
 	@for script in bench/*.py; do \
 		grep -q '__main__' "$$script" 2>/dev/null || continue; \
 		[ "$$script" = bench/report.py ] && continue; \
