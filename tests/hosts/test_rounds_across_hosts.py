@@ -4,9 +4,10 @@ hosts (network namespaces, needs root).
 A rank that waits in a round for a peer that is not running (stopped with SIGSTOP for 3 s, as a rank descheduled on
 a busy host or still computing) keeps no core busy on the other hosts: its process uses a small part of a core over
 the wait, where MPI's all-reduce polled for the whole of it (the tensor is cached and too big to ride in the round:
-the slow path, for names not yet agreed, and rounds that carry small all-reduces' values still go by MPI). Rounds of bits over the connections and rounds that carry small all-reduces' values
-over MPI (eager, random float32 values, many steps) interleave: those all-reduces equal the float64 reference on
-every rank and are bitwise equal across ranks, on 3 hosts x 1 rank and 2 hosts x 2 ranks.
+the slow path, for names not yet agreed, and rounds that carry small all-reduces' values still go by MPI). Rounds of
+bits over the connections and rounds that carry small all-reduces' values over MPI (eager, random float32 values,
+many steps) interleave: those all-reduces equal the float64 reference on every rank and are bitwise equal across
+ranks, on 3 hosts x 1 rank and 2 hosts x 2 ranks.
 """
 import os
 import re

@@ -4,7 +4,7 @@
 //
 // For the small messages of a negotiation round across hosts, where MPI's all-reduce busy-polls for as long as a peer
 // still computes (round_across_hosts.h). A gather rather than a reduction along the ring: fewer hops, and each rank
-// folds the blocks itself, in one order every rank shares.
+// combines the blocks itself.
 #pragma once
 #include <cstdint>
 #include <string>
