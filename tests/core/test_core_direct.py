@@ -1,9 +1,9 @@
 """The direct all-reduce (cross-memory reads between ranks on one host) on every rank against a float64
 reference, where its own code paths are: a fused batch of more tensors than one system call takes
 (IOV_MAX), split across ranks in the middle of tensors, half of them in place; one tensor larger than a
-read chunk, in place, staged (up to 4 MiB) or read in place (above); half-precision types and every op;
-results bitwise equal on all ranks; views of one array into views of another, which the core streams as
-runs. A shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
+read chunk, in place, staged (up to 4 MiB) or read in place (above; so are a few tensors averaging above it);
+half-precision types and every op; results bitwise equal on all ranks; views of one array into views of
+another, which the core streams as runs. A shared staging buffer grows after peers mapped it; a rank that cannot make one fails that batch
 on every rank with its reason, and the next batch works.
 
 Beside them, single-process tests launch whole jobs: auto's choice of direct seen in the timeline, and where
@@ -88,6 +88,8 @@ def test_views_of_one_buffer_reduce_as_runs(started, algorithm):
     # 5.2 MiB of adjacent views on rank 0 (one run, more than a tensor the direct all-reduce stages), separate
     # arrays elsewhere: every rank must still treat it as the fused batch it is.
     run_views("views.spread", [262_144] * 5 + [50_000], [0] * 6, [0] * 6, spread=True)
+    # Views averaging above 4 MiB, read in place: one run on rank 0 is two tensors everywhere else.
+    run_views("views.spread.large", [1_100_000, 1_000_003], [0, 0], [0, 0], spread=True)
 
 
 @pytest.mark.ranks(2, 3, 4)
@@ -105,6 +107,10 @@ def test_fused_batches_of_every_size_dtype_and_op(started):
     run_group("large.out", "float64", "average", [100_003], in_place_every=2)
     run_group("larger", "float32", "sum", [1_100_003], in_place_every=1)
     run_group("larger.out", "float64", "average", [600_001], in_place_every=2)
+    # Tensors averaging above 4 MiB are read in place too, tensor by tensor: a large one with a few bytes after
+    # it (as a carried round's), and two whose boundary falls inside a share, one in place.
+    run_group("larger.tail", "float32", "sum", [1_500_007, 3], in_place_every=None)
+    run_group("larger.two", "float32", "sum", [1_200_001, 1_300_003], in_place_every=2)
     for dtype in ("float16", "bfloat16", "int32", "int64", "uint8"):
         for op_name in OPS:
             if op_name == "product":
@@ -123,7 +129,8 @@ def test_a_rank_that_cannot_grow_its_staging_buffer_fails_the_batch_everywhere(s
     batch fails on every rank, naming that rank and why, and nothing is left in flight."""
     import resource
     rank, size = hvd.rank(), hvd.size()
-    sizes = [5_000_000, 1_000_000]  # 24 MB, more than any batch before: the buffer must grow
+    # 24 MB of tensors of 4 MB (staged: they average up to 4 MiB), more than any batch before: the buffer must grow
+    sizes = [1_000_000] * 6
     inputs = [np.full(n, rank + 1.0, dtype=np.float32) for n in sizes]
     group = PreparedGroup([Request(Collective.ALLREDUCE, f"no.shared.{i}", "float32", x.shape, 0, 0, op=hvd.Sum)
                            for i, x in enumerate(inputs)])

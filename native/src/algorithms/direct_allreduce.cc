@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace hvdlite {
 namespace {
@@ -10,10 +11,12 @@ namespace {
 // Peers' shares are read and reduced this much at a time, so that what was read is reduced from cache.
 constexpr int64_t kChunkBytes = 256 << 10;
 
-// A single tensor up to this size is staged too: packing it costs a copy, but plain loads from shared memory
-// beat the kernel's page pinning while the copies stay in cache; above this size they no longer do, and three
-// copies per byte lose to one (docs/decisions/direct-allreduce-within-a-host.md).
-constexpr int64_t kStagedSingleMaxBytes = 4 << 20;
+// A batch whose tensors average up to this size is staged: packing costs a copy, but plain loads from shared
+// memory beat the kernel's page pinning while the copies stay in cache (and a page pinned per small tensor costs
+// more); above this size they no longer do, and three copies per byte lose to one
+// (docs/decisions/direct-allreduce-within-a-host.md). A large tensor carrying a round's bits after it is then
+// read in place, as it is alone.
+constexpr int64_t kStagedMaxBytesPerTensor = 4 << 20;
 
 // Every rank learns whether all succeeded; the failing rank reports its own error, the others name it.
 std::string Agree(const CommContext &ctx, const std::string &local_error, const char *phase) {
@@ -35,11 +38,16 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   auto share_begin = [&](int s) { return count * s / n * element; };
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
-  staged_batch_ = pieces.size() > 1 || count * element <= kStagedSingleMaxBytes;
+  tensors_ = &pieces;
+  tensor_begin_.resize(pieces.size() + 1);
+  tensor_begin_[0] = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) tensor_begin_[i + 1] = tensor_begin_[i] + pieces[i].bytes;
+  staged_batch_ = count * element <= kStagedMaxBytesPerTensor * static_cast<int64_t>(pieces.size());
   const bool staged = staged_batch_;
-  published_.resize(n);
-  Published &mine = published_[ctx.rank];
-  mine = Published{};
+  published_words_ = kPublishedWords + (staged ? 0 : 2 * pieces.size());
+  published_.assign(n * published_words_, 0);
+  uint64_t *my_words = &published_[ctx.rank * published_words_];
+  Published mine{};
   mine.pid = static_cast<uint64_t>(getpid());
   if (staged) {
     staged_ = staging_.Reserve(static_cast<size_t>(count * element));
@@ -50,10 +58,14 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
     }
     mine.staging = staging_.descriptor();  // bytes 0 when Reserve failed: MapPeers reports it everywhere
   } else {
-    mine.inputs = reinterpret_cast<uint64_t>(pieces[0].input);
-    mine.results = reinterpret_cast<uint64_t>(pieces[0].output);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      my_words[kPublishedWords + 2 * i] = reinterpret_cast<uint64_t>(pieces[i].input);
+      my_words[kPublishedWords + 2 * i + 1] = reinterpret_cast<uint64_t>(pieces[i].output);
+    }
   }
-  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, published_.data(), sizeof(Published), MPI_BYTE, ctx.comm);
+  std::memcpy(my_words, &mine, sizeof(mine));
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, published_.data(), static_cast<int>(published_words_),
+                MPI_UINT64_T, ctx.comm);
   std::string error = staged ? MapPeers(ctx) : "";
 
   if (!between) {
@@ -82,10 +94,10 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   for (int k = 1; k < n && error.empty(); ++k) {
     const int owner = (ctx.rank + k) % n;
     const int64_t from = share_begin(owner);
-    copier_.Begin(static_cast<pid_t>(published_[owner].pid));
-    copier_.Add(pieces[0].output + from, published_[owner].results + static_cast<uint64_t>(from),
-                share_begin(owner + 1) - from);
-    if (!copier_.Finish()) error = "reading rank " + std::to_string(owner) + "'s result: " + copier_.error();
+    if (!CopyWithPeer(owner, from, share_begin(owner + 1) - from, /*peer_input=*/false,
+                      PeerCopier::Direction::kRead, nullptr)) {
+      error = "reading rank " + std::to_string(owner) + "'s result: " + copier_.error();
+    }
   }
   // Nobody returns (and lets its caller touch the outputs) while a peer may still be reading them.
   return Agree(ctx, error, "all-gather");
@@ -109,9 +121,9 @@ std::string DirectAllreduce::ReduceShare(const CommContext &ctx, int64_t from, i
       if (staged_batch_) {
         received = peer_staging_[peer] + chunk;  // plain loads from shared memory
       } else {
-        copier_.Begin(static_cast<pid_t>(published_[peer].pid));
-        copier_.Add(scratch_.data(), published_[peer].inputs + static_cast<uint64_t>(chunk), bytes);
-        if (!copier_.Finish()) return "reading rank " + std::to_string(peer) + "'s input: " + copier_.error();
+        if (!CopyWithPeer(peer, chunk, bytes, /*peer_input=*/true, PeerCopier::Direction::kRead, scratch_.data())) {
+          return "reading rank " + std::to_string(peer) + "'s input: " + copier_.error();
+        }
         received = scratch_.data();
       }
       layout_.Reduce(chunk, bytes, received, /*from_output=*/k > 1, dtype, op);
@@ -133,25 +145,45 @@ std::string DirectAllreduce::HandBack(const CommContext &ctx, int64_t from, int6
       layout_.Gather(from, bytes, /*input=*/false, peer_staging_[peer] + from);
       continue;
     }
-    copier_.Begin(static_cast<pid_t>(published_[peer].pid), PeerCopier::Direction::kWrite);
-    copier_.Add(layout_.Address(0, /*input=*/false) + from, published_[peer].results + static_cast<uint64_t>(from),
-                bytes);
-    if (!copier_.Finish()) return "writing rank " + std::to_string(peer) + "'s output: " + copier_.error();
+    if (!CopyWithPeer(peer, from, bytes, /*peer_input=*/false, PeerCopier::Direction::kWrite, nullptr)) {
+      return "writing rank " + std::to_string(peer) + "'s output: " + copier_.error();
+    }
   }
   return "";
+}
+
+template <typename Fn>
+void DirectAllreduce::ForEachTensorRun(int64_t from, int64_t bytes, Fn fn) const {
+  // The first tensor that ends after from.
+  size_t i = std::upper_bound(tensor_begin_.begin(), tensor_begin_.end(), from) - tensor_begin_.begin() - 1;
+  for (int64_t at = from, end = from + bytes; at < end; ++i) {
+    const int64_t take = std::min(end, tensor_begin_[i + 1]) - at;
+    if (take > 0) fn(i, at - tensor_begin_[i], take);
+    at += take;
+  }
+}
+
+bool DirectAllreduce::CopyWithPeer(int peer, int64_t from, int64_t bytes, bool peer_input,
+                                   PeerCopier::Direction direction, uint8_t *local) {
+  copier_.Begin(static_cast<pid_t>(PublishedBy(peer).pid), direction);
+  ForEachTensorRun(from, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    uint8_t *here = local ? local + (tensor_begin_[i] + skip - from) : (*tensors_)[i].output + skip;
+    copier_.Add(here, TensorOf(peer, i, peer_input) + static_cast<uint64_t>(skip), take);
+  });
+  return copier_.Finish();
 }
 
 std::string DirectAllreduce::MapPeers(const CommContext &ctx) {
   // A rank that could not make its buffer published none: every rank sees that and reports it.
   for (int r = 0; r < ctx.size; ++r) {
-    if (published_[r].staging.bytes != 0) continue;
+    if (PublishedBy(r).staging.bytes != 0) continue;
     if (r == ctx.rank) return staging_.error();
     return "rank " + std::to_string(r) + " has no shared staging buffer (see its error)";
   }
   peer_staging_.assign(ctx.size, nullptr);
   for (int k = 1; k < ctx.size; ++k) {
     const int peer = (ctx.rank + k) % ctx.size;
-    peer_staging_[peer] = staging_.Map(peer, published_[peer].staging);
+    peer_staging_[peer] = staging_.Map(peer, PublishedBy(peer).staging);
     if (!peer_staging_[peer]) return staging_.error();
   }
   return "";

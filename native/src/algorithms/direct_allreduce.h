@@ -2,16 +2,18 @@
 // peers' memory, reduces it into its own outputs, and hands the reduced share back to every peer. Each share is
 // reduced on exactly one rank, so results are bitwise identical everywhere.
 //
-// A fused batch, and a tensor up to 4 MiB, is first packed into a staging buffer in shared memory (a memfd;
-// only the shares peers reduce), which peers map once, read with plain loads, and overwrite in place with the
-// reduced share: each rank then copies every other share out of its own staging buffer. Two small MPI
-// collectives frame it: the addresses (allgather) and "shares reduced" (an allreduce that also carries any
-// failure); after it no rank touches another's memory until the next batch's allgather. Reading scattered
-// 4 KiB-paged tensors with process_vm_readv measured 2x slower than packing them (the kernel pins every page
-// it reads). A larger single tensor is read where it is with process_vm_readv (inputs, then the reduced
-// shares out of the owners' outputs, and a closing allreduce so nobody returns while a peer still reads):
-// out of cache, the staging copies cost more than the kernel's pinning (docs/benchmarks.md).
+// A batch whose tensors average up to 4 MiB (a fused batch of gradients, a tensor up to 4 MiB) is first packed
+// into a staging buffer in shared memory (a memfd; only the shares peers reduce), which peers map once, read
+// with plain loads, and overwrite in place with the reduced share: each rank then copies every other share out
+// of its own staging buffer. Two small MPI collectives frame it: the addresses (allgather) and "shares reduced"
+// (an allreduce that also carries any failure); after it no rank touches another's memory until the next
+// batch's allgather. Reading scattered 4 KiB-paged tensors with process_vm_readv measured 2x slower than packing
+// them (the kernel pins every page it reads). Larger tensors (one, or one with the few bytes of a carried round
+// after it) are read where they are with process_vm_readv (inputs, then the reduced shares out of the owners'
+// outputs, and a closing allreduce so nobody returns while a peer still reads): out of cache, the staging copies
+// cost more than the kernel's pinning (docs/benchmarks.md).
 #pragma once
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,14 +38,13 @@ class DirectAllreduce : public PiecewiseAllreduce {
                         DataType dtype, ReduceOp op, ShareStep *between);
 
  private:
-  // What each rank publishes. One tensor: where peers read its input and its reduced share. A fused batch:
-  // its staging buffer, which holds the batch's bytes laid end to end (bytes 0 when it has none).
+  // What each rank publishes, followed (a batch read in place) by where each of its tensors is: input, output.
+  // A staged batch: its staging buffer, which holds the batch's bytes laid end to end (bytes 0 when it has none).
   struct Published {
     uint64_t pid;
-    uint64_t inputs;
-    uint64_t results;
     SharedStaging::Descriptor staging;
   };
+  static constexpr size_t kPublishedWords = sizeof(Published) / sizeof(uint64_t);
   // The halves within the host of this rank's share (at share_begin), for a step that runs them itself.
   class HalvesOfShare : public ShareHalves {
    public:
@@ -71,6 +72,23 @@ class DirectAllreduce : public PiecewiseAllreduce {
     std::string error_;
   };
 
+  Published PublishedBy(int rank) const {
+    Published theirs;
+    std::memcpy(&theirs, &published_[rank * published_words_], sizeof(theirs));
+    return theirs;
+  }
+  // Where tensor i of rank's batch is (a batch read in place): its input or its output.
+  uint64_t TensorOf(int rank, size_t i, bool input) const {
+    return published_[rank * published_words_ + kPublishedWords + 2 * i + (input ? 0 : 1)];
+  }
+  // Bytes [from, from + bytes) of the batch by tensor: fn(i, skip, take), skip bytes into tensor i. Every rank's
+  // batch has the same tensors in the same order, so the same offsets name the same bytes in a peer's tensors.
+  template <typename Fn>
+  void ForEachTensorRun(int64_t from, int64_t bytes, Fn fn) const;
+  // Copies bytes [from, from + bytes) of the batch between peer's tensors (its inputs or outputs) and local:
+  // contiguous bytes here, or this rank's outputs (local null).
+  bool CopyWithPeer(int peer, int64_t from, int64_t bytes, bool peer_input, PeerCopier::Direction direction,
+                    uint8_t *local);
   // Maps every peer's staging buffer into peer_staging_; an error when some rank has none or one fails.
   std::string MapPeers(const CommContext &ctx);
   // Bytes [from, to) of the batch (within this rank's share) reduced within the host into this rank's outputs,
@@ -87,7 +105,10 @@ class DirectAllreduce : public PiecewiseAllreduce {
   bool staged_batch_ = false;                  // whether this batch goes through the staging buffers
   uint8_t *staged_ = nullptr;                  // this rank's staging buffer (staged batches only)
   std::vector<uint8_t *> peer_staging_;        // by rank: the peers' staging buffers, mapped
-  std::vector<Published> published_;
+  const std::vector<BufferPiece> *tensors_ = nullptr;  // this batch's, as given (not merged into runs)
+  std::vector<int64_t> tensor_begin_;          // by tensor: its offset in the batch; then the batch's bytes
+  size_t published_words_ = kPublishedWords;   // per rank in published_
+  std::vector<uint64_t> published_;            // by rank: Published, then its tensors' addresses (read in place)
   std::vector<uint8_t> scratch_;  // one chunk of a peer's share, reduced while it is in cache (one tensor)
 };
 
