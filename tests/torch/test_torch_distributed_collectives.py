@@ -116,6 +116,67 @@ def test_futures_carry_the_results_to_callbacks(checks):
         checks.true(f"future {i} of 20 in flight", torch.equal(result.value()[0], torch.full((8,), float(want))))
 
 
+def test_all_reduces_of_a_loop_are_named_by_their_place_in_its_period(checks):
+    """A loop's calls repeat (DDP's buckets every step): its all-reduces are then named by their place in the
+    period, the same names every step, which the core's response cache answers (rank 0's timeline lists the
+    names). Every step's results match the reference on every rank; a burst of more all-reduces of one shape
+    than the period holds waits its turn; an all-reduce that one rank then changes is an error on every rank,
+    not a stall, and the group goes on."""
+    import json
+    import tempfile
+
+    import hvdlite.torch as hvd
+    rank, size = dist.get_rank(), dist.get_world_size()
+    directory = [tempfile.mkdtemp() if rank == 0 else None]
+    dist.broadcast_object_list(directory)
+    trace = os.path.join(directory[0], "trace.json")
+    hvd.start_timeline(trace)
+    shapes = [(1000,), (37,), None, (1000,)]  # None: a broadcast, which is never named by its place
+    steps = 12
+    for step in range(steps):
+        for i, shape in enumerate(shapes):
+            if shape is None:
+                x = make(torch.float32, 0, (5,), ("period.broadcast", step)) if rank == 0 else torch.zeros(5)
+                dist.broadcast(x, src=0)
+                close(checks, f"step {step}: broadcast", x, make(torch.float32, 0, (5,), ("period.broadcast", step)),
+                      torch.float32)
+                continue
+            inputs = [make(torch.float32, r, shape, ("period", step, i)) for r in range(size)]
+            x = inputs[rank].clone()
+            dist.all_reduce(x)
+            close(checks, f"step {step}: all_reduce {i}", x, reduce_reference(inputs, "sum"), torch.float32)
+    # A burst of one shape, more than the period: the later calls of a name wait for the earlier.
+    works = [(i, dist.all_reduce(torch.full((1000,), float(rank + i)), async_op=True)) for i in range(10)]
+    for i, work in works:
+        work.wait()
+        checks.true(f"burst call {i}", torch.equal(work.result()[0], torch.full((1000,), float(sum(range(size)) +
+                                                                                              size * i))))
+    hvd.stop_timeline()
+    if rank == 0:
+        with open(trace) as f:
+            names = [e["args"]["name"] for e in json.load(f) if e.get("ph") == "M" and e.get("name") == "thread_name"]
+        periodic = sorted({n for n in names if ".p4." in n})
+        checks.true("three all-reduces of the step named by their place in a period of 4", len(periodic) == 3,
+                    str(sorted(set(names))[:20]))
+    # One rank's all-reduce changes shape: every rank gets the core's error naming both shapes.
+    for step in range(2):
+        for i, shape in enumerate(shapes):
+            if shape is None:
+                dist.broadcast(torch.zeros(5), src=0)
+                continue
+            if step == 1 and i == 1 and rank == size - 1:
+                shape = (38,)
+            x = torch.ones(shape)
+            if step == 1 and i == 1:
+                error = assert_raises(dist.DistBackendError, dist.all_reduce, x, match=("shape",))
+                checks.true("the error names both shapes", "[37]" in str(error) and "[38]" in str(error), str(error))
+            else:
+                dist.all_reduce(x)
+    y = torch.ones(3)
+    dist.all_reduce(y)
+    checks.true("all_reduce after the error", torch.equal(y, torch.full((3,), float(size))))
+
+
 def test_all_reduce_coalesced(checks):
     rank, size = dist.get_rank(), dist.get_world_size()
     shapes = [(3,), (2, 2), (5,)]

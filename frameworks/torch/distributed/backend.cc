@@ -112,6 +112,7 @@ HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::
       group_name_(std::move(group_name)),
       timeout_(timeout),
       gpu_unavailable_(std::move(gpu_unavailable)),
+      names_(group_name_),
       completer_(std::make_unique<Completer>()) {}
 
 HvdliteBackend::~HvdliteBackend() {
@@ -177,9 +178,7 @@ c10::intrusive_ptr<c10d::Backend> HvdliteBackend::Subgroup(const std::vector<int
                                              std::move(name), timeout, gpu_unavailable_);
 }
 
-std::string HvdliteBackend::NextName() {
-  return "c10d." + group_name_ + "." + std::to_string(calls_++);
-}
+std::string HvdliteBackend::NextName() { return names_.Next(0, /*repeatable=*/false).text; }
 
 Placement HvdliteBackend::PlacementOf(const char *collective,
                                       std::initializer_list<std::vector<at::Tensor>> lists) const {
@@ -236,8 +235,11 @@ std::vector<hvdlite_handle> HvdliteBackend::Enqueue(std::vector<Request> &reques
 c10::intrusive_ptr<HvdliteWork> HvdliteBackend::NewWork(c10d::OpType type, const std::string &what,
                                                         std::vector<at::Tensor> outputs,
                                                         const Placement &placement) const {
-  return c10::make_intrusive<HvdliteWork>(rank_, type, what + " of process group '" + group_name_ + "'",
-                                          std::move(outputs), timeout_, placement);
+  auto work = c10::make_intrusive<HvdliteWork>(rank_, type, what + " of process group '" + group_name_ + "'",
+                                               std::move(outputs), timeout_, placement);
+  CallNames *names = &names_;  // the backend finishes every Work before it goes
+  work->on_error = [names] { names->NoteFailure(); };
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::Start(c10::intrusive_ptr<HvdliteWork> work) {
@@ -266,9 +268,11 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   const Placement placement = PlacementOf(collective, {tensors, results, outputs});
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
+  CallNames::Name name;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_ALLREDUCE, NextName(), buffer, buffer.data_ptr(), placement);
+    name = names_.Next(ReduceSignature(buffer, core_op, prescale, placement), /*repeatable=*/tensors.size() == 1);
+    Request r = MakeRequest(HVDLITE_ALLREDUCE, name.text, buffer, buffer.data_ptr(), placement);
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
@@ -279,7 +283,28 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
     CopyBack(results, buffers);  // or into the caller's tensor, where these were copies (reduce)
     if (after) after();
   };
+  if (name.periodic) {
+    if (auto before = names_.Follow(name.text, work)) {
+      // The name's last call is still in flight: this one goes in once it has finished.
+      work->after = std::move(before);
+      work->keep_alive = buffers;
+      work->next_stage = [this, requests, what = std::string(collective)](const std::vector<hvdlite_handle> &) mutable {
+        return Enqueue(requests, what);
+      };
+      return Start(work);
+    }
+  }
   return Start(work, requests, collective, buffers);
+}
+
+uint64_t HvdliteBackend::ReduceSignature(const at::Tensor &buffer, int32_t core_op, double prescale,
+                                         const Placement &placement) {
+  // What every rank's all-reduce must agree on (call_names.h): a hash, as equal signatures only need to compare
+  // equal (a collision costs a periodic name's cache entry, not a result).
+  std::string key = std::to_string(static_cast<int>(buffer.scalar_type())) + "|" + std::to_string(core_op) + "|" +
+                    std::to_string(prescale) + "|" + std::to_string(placement.gpu ? 1 : 0);
+  for (int64_t d : buffer.sizes()) key += "," + std::to_string(d);
+  return std::hash<std::string>{}(key) | 1;  // never 0, the signature of the calls that never repeat
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceBitwise(std::vector<at::Tensor> tensors,

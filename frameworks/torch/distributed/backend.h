@@ -1,7 +1,7 @@
 // hvdlite as a torch.distributed (c10d) backend: each collective of a process group becomes requests to hvdlite's
-// core on the group's process set, named by the group and the call's place in it (every rank calls a group's
-// collectives in the same order, as c10d requires), so the core's negotiation matches them across ranks and
-// reports a disagreement (dtype, shape, op) on every rank. CUDA tensors go through the core's NCCL path (on the
+// core on the group's process set, named by the group and the call's place in it, or in the period of a training
+// loop (call_names.h; every rank calls a group's collectives in the same order, as c10d requires), so the core's
+// negotiation matches them across ranks and reports a disagreement (dtype, shape, op) on every rank. CUDA tensors go through the core's NCCL path (on the
 // caller's current stream, as torch's NCCL backend does).
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "call_names.h"
 #include "work.h"
 
 namespace hvdlite_c10d {
@@ -35,7 +36,7 @@ class HvdliteBackend : public c10d::Backend {
   const std::string getBackendName() const override { return "hvdlite"; }
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   void setSequenceNumberForGroup() override {}
-  uint64_t getSequenceNumberForGroup() override { return calls_.load(); }
+  uint64_t getSequenceNumberForGroup() override { return names_.calls(); }
 
   // split_group and shrink_group: a backend of some of the group's ranks, on the process set its members ask for
   // (the excluded ranks need not call: a shrink leaves out ranks that may be gone). Non-members get none.
@@ -108,7 +109,7 @@ class HvdliteBackend : public c10d::Backend {
   // Enqueues the Work's requests (keep_alive: the buffers they read and write) and starts it.
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
                                        const std::string &what, std::vector<at::Tensor> keep_alive);
-  std::string NextName();  // "c10d.<group>.<n>": the group's n-th call
+  std::string NextName();  // "c10d.<group>.<n>": the group's n-th call (call_names.h)
   // The backend of the group ranks given (ascending), named name, or none where this rank is not one of them.
   c10::intrusive_ptr<c10d::Backend> Subgroup(const std::vector<int64_t> &group_ranks, std::string name,
                                              std::chrono::milliseconds timeout, const char *what);
@@ -121,6 +122,9 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                         const c10d::ReduceOp &op, c10d::OpType type, const char *collective,
                                         std::vector<at::Tensor> outputs = {}, std::function<void()> after = {});
+  // What every rank's all-reduce of buffer must agree on, as a signature for its name (call_names.h).
+  static uint64_t ReduceSignature(const at::Tensor &buffer, int32_t core_op, double prescale,
+                                  const Placement &placement);
   c10::intrusive_ptr<c10d::Work> ReduceBitwise(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                                const c10d::ReduceOp &op, c10d::OpType type, const char *collective);
   // All-gathers of each input, flattened; each gathered buffer is handed to place with its index.
@@ -145,7 +149,7 @@ class HvdliteBackend : public c10d::Backend {
   const std::string group_name_;
   std::chrono::milliseconds timeout_;
   const std::string gpu_unavailable_;
-  std::atomic<uint64_t> calls_{0};
+  mutable CallNames names_;  // synchronised inside
   uint64_t shrinks_ = 0;  // shrinks of this group so far: part of the next one's name
   std::mutex point_to_point_mutex_;
   struct PairSet {

@@ -14,7 +14,7 @@ from torch.utils import cpp_extension
 from hvdlite import build_info, config
 
 CACHE_VARIABLE = config.SETTINGS_BY_NAME["torch_extension_dir"].env
-SOURCES = ["placement.cc", "work.cc", "backend.cc", "bindings.cc"]
+SOURCES = ["placement.cc", "work.cc", "call_names.cc", "backend.cc", "bindings.cc"]
 _module = None
 
 

@@ -63,8 +63,13 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
       left = timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (left < 0) left = 0;
     }
+    if (after) {
+      // Its outcome is its own (its waiters see it); this Work only needs the name free.
+      if (!after->Drive(left)) return false;
+      after.reset();
+    }
     const int32_t count = static_cast<int32_t>(handles.size());
-    const int state = hvdlite_wait_all_for(handles.data(), count, left);
+    const int state = count == 0 ? 0 : hvdlite_wait_all_for(handles.data(), count, left);
     if (state == -2) return false;
     std::exception_ptr error;
     c10::OptionalStreamGuard on_work_stream;  // kept until the future has completed: its events go on that stream
@@ -106,7 +111,7 @@ void HvdliteWork::FinishOnGpu(c10::OptionalStreamGuard &guard) {
 
 void HvdliteWork::RunStageIfIdle() {
   std::unique_lock<std::mutex> driving(drive_mutex_, std::try_to_lock);
-  if (driving.owns_lock() && next_stage) RunStage();
+  if (driving.owns_lock() && next_stage && !after) RunStage();
 }
 
 void HvdliteWork::RunStage() {
@@ -138,6 +143,7 @@ void HvdliteWork::Complete(std::exception_ptr error) {
   }
   keep_alive.clear();
   finish = nullptr;
+  if (error && on_error) on_error();
   cv_.notify_all();
   if (error && unobserved) {
     try {

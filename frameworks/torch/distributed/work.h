@@ -44,6 +44,10 @@ class HvdliteWork : public c10d::Work {
   std::vector<hvdlite_handle> handles;
   bool handles_borrowed = false;  // someone else's handles (waited on, never released by this Work)
   Stage next_stage;
+  // A call whose name another Work still holds in the core (call_names.h): that Work finishes before this one's
+  // first stage enqueues its requests.
+  c10::intrusive_ptr<HvdliteWork> after;
+  std::function<void()> on_error;  // runs when the Work fails, before its future does
   Finish finish;
   std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
   bool unobserved = false;  // nobody holds it (a buffered send's delivery): an error is printed, not dropped
