@@ -1,7 +1,8 @@
 """Every collective of the "hvdlite" torch.distributed backend, on real ranks, checked on every rank against a float64
 reference built from every rank's input (each rank regenerates the others' from their seeds), synchronously and
-with async_op=True (Work.wait, is_completed, get_future), on the world group and on groups of some ranks; and the
-errors: ranks that disagree, bad arguments, a receive from any source.
+with async_op=True (Work.wait, is_completed, get_future), on the world group and on groups of some ranks; a loop's
+all-reduces named by their place in its period (the core's cache answers them); and the errors: ranks that disagree
+(in such a loop too), bad arguments, a receive from any source.
 
 dist.init_process_group("hvdlite") is given nothing else: rank and size come from MPI (no MASTER_ADDR, RANK).
 """
