@@ -1,8 +1,8 @@
 // hvdlite as a torch.distributed (c10d) backend: each collective of a process group becomes requests to hvdlite's
 // core on the group's process set, named by the group and the call's place in it, or in the period of a training
 // loop (call_names.h; every rank calls a group's collectives in the same order, as c10d requires), so the core's
-// negotiation matches them across ranks and reports a disagreement (dtype, shape, op) on every rank. CUDA tensors go through the core's NCCL path (on the
-// caller's current stream, as torch's NCCL backend does).
+// negotiation matches them across ranks and reports a disagreement (dtype, shape, op) on every rank. CUDA tensors
+// go through the core's NCCL path (on the caller's current stream, as torch's NCCL backend does).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -16,10 +16,10 @@ constexpr int64_t kMaxAheadBytes = 64 << 10;  // a large piece streams well enou
 
 }  // namespace
 
-void BufferLayout::Reset(const std::vector<BufferPiece> &pieces) {
+void BufferLayout::Reset(const std::vector<BufferPiece> &pieces, bool merge) {
   runs_.clear();
   for (const BufferPiece &p : pieces) {
-    BufferPiece *last = runs_.empty() ? nullptr : &runs_.back();
+    BufferPiece *last = runs_.empty() || !merge ? nullptr : &runs_.back();
     if (last && last->input + last->bytes == p.input && last->output + last->bytes == p.output) {
       last->bytes += p.bytes;  // the same bytes in the same order: one stream for the kernels
     } else {

@@ -21,8 +21,9 @@ struct BufferPiece {
 
 class BufferLayout {
  public:
-  // Reuses its tables: no allocation once it has seen the largest batch.
-  void Reset(const std::vector<BufferPiece> &pieces);
+  // Reuses its tables: no allocation once it has seen the largest batch. merge: pieces that follow each other on
+  // both sides become one run (else each piece is a run of its own, as another rank's same batch is laid out).
+  void Reset(const std::vector<BufferPiece> &pieces, bool merge = true);
 
   // f(run index, offset in the run, bytes) for each run's part of [begin, begin + bytes), in order. An f that
   // returns bool stops the walk by returning false.

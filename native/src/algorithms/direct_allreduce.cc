@@ -38,10 +38,6 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
   auto share_begin = [&](int s) { return count * s / n * element; };
   const int64_t begin = share_begin(ctx.rank), end = share_begin(ctx.rank + 1);
   layout_.Reset(pieces);
-  tensors_ = &pieces;
-  tensor_begin_.resize(pieces.size() + 1);
-  tensor_begin_[0] = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) tensor_begin_[i + 1] = tensor_begin_[i] + pieces[i].bytes;
   staged_batch_ = count * element <= kStagedMaxBytesPerTensor * static_cast<int64_t>(pieces.size());
   const bool staged = staged_batch_;
   published_words_ = kPublishedWords + (staged ? 0 : 2 * pieces.size());
@@ -58,6 +54,7 @@ std::string DirectAllreduce::RunPieces(const CommContext &ctx, const std::vector
     }
     mine.staging = staging_.descriptor();  // bytes 0 when Reserve failed: MapPeers reports it everywhere
   } else {
+    tensors_.Reset(pieces, /*merge=*/false);
     for (size_t i = 0; i < pieces.size(); ++i) {
       my_words[kPublishedWords + 2 * i] = reinterpret_cast<uint64_t>(pieces[i].input);
       my_words[kPublishedWords + 2 * i + 1] = reinterpret_cast<uint64_t>(pieces[i].output);
@@ -152,23 +149,14 @@ std::string DirectAllreduce::HandBack(const CommContext &ctx, int64_t from, int6
   return "";
 }
 
-template <typename Fn>
-void DirectAllreduce::ForEachTensorRun(int64_t from, int64_t bytes, Fn fn) const {
-  // The first tensor that ends after from.
-  size_t i = std::upper_bound(tensor_begin_.begin(), tensor_begin_.end(), from) - tensor_begin_.begin() - 1;
-  for (int64_t at = from, end = from + bytes; at < end; ++i) {
-    const int64_t take = std::min(end, tensor_begin_[i + 1]) - at;
-    if (take > 0) fn(i, at - tensor_begin_[i], take);
-    at += take;
-  }
-}
-
 bool DirectAllreduce::CopyWithPeer(int peer, int64_t from, int64_t bytes, bool peer_input,
                                    PeerCopier::Direction direction, uint8_t *local) {
   copier_.Begin(static_cast<pid_t>(PublishedBy(peer).pid), direction);
-  ForEachTensorRun(from, bytes, [&](size_t i, int64_t skip, int64_t take) {
-    uint8_t *here = local ? local + (tensor_begin_[i] + skip - from) : (*tensors_)[i].output + skip;
+  int64_t copied = 0;
+  tensors_.ForEachRun(from, bytes, [&](size_t i, int64_t skip, int64_t take) {
+    uint8_t *here = local ? local + copied : tensors_.Address(i, /*input=*/false) + skip;
     copier_.Add(here, TensorOf(peer, i, peer_input) + static_cast<uint64_t>(skip), take);
+    copied += take;
   });
   return copier_.Finish();
 }

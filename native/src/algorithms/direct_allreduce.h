@@ -81,10 +81,6 @@ class DirectAllreduce : public PiecewiseAllreduce {
   uint64_t TensorOf(int rank, size_t i, bool input) const {
     return published_[rank * published_words_ + kPublishedWords + 2 * i + (input ? 0 : 1)];
   }
-  // Bytes [from, from + bytes) of the batch by tensor: fn(i, skip, take), skip bytes into tensor i. Every rank's
-  // batch has the same tensors in the same order, so the same offsets name the same bytes in a peer's tensors.
-  template <typename Fn>
-  void ForEachTensorRun(int64_t from, int64_t bytes, Fn fn) const;
   // Copies bytes [from, from + bytes) of the batch between peer's tensors (its inputs or outputs) and local:
   // contiguous bytes here, or this rank's outputs (local null).
   bool CopyWithPeer(int peer, int64_t from, int64_t bytes, bool peer_input, PeerCopier::Direction direction,
@@ -105,8 +101,9 @@ class DirectAllreduce : public PiecewiseAllreduce {
   bool staged_batch_ = false;                  // whether this batch goes through the staging buffers
   uint8_t *staged_ = nullptr;                  // this rank's staging buffer (staged batches only)
   std::vector<uint8_t *> peer_staging_;        // by rank: the peers' staging buffers, mapped
-  const std::vector<BufferPiece> *tensors_ = nullptr;  // this batch's, as given (not merged into runs)
-  std::vector<int64_t> tensor_begin_;          // by tensor: its offset in the batch; then the batch's bytes
+  // A batch read in place, tensor by tensor (not merged into runs): every rank's batch has the same tensors in
+  // the same order, so the same run and offset name the same bytes in a peer's tensors.
+  BufferLayout tensors_;
   size_t published_words_ = kPublishedWords;   // per rank in published_
   std::vector<uint64_t> published_;            // by rank: Published, then its tensors' addresses (read in place)
   std::vector<uint8_t> scratch_;  // one chunk of a peer's share, reduced while it is in cache (one tensor)
