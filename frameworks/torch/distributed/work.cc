@@ -69,7 +69,7 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
       after.reset();
     }
     const int32_t count = static_cast<int32_t>(handles.size());
-    const int state = count == 0 ? 0 : hvdlite_wait_all_for(handles.data(), count, left);
+    const int state = hvdlite_wait_all_for(handles.data(), count, left);
     if (state == -2) return false;
     std::exception_ptr error;
     c10::OptionalStreamGuard on_work_stream;  // kept until the future has completed: its events go on that stream
