@@ -17,6 +17,8 @@ TIMED := bash buildsystem/timed.sh
 
 # The venv's mpicxx/mpiexec (mpich wheel) come first, so the core links the libmpi that mpi4py loads.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Every cmake --build (the sanitizer and unit-test builds use Makefiles, one job unless told) uses every core.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: test check test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \

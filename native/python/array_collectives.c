@@ -245,7 +245,7 @@ static const hvdlite_request *prepare_allreduce(PyObject *const *args, PyObject 
   PyArrayObject *contiguous_array = (PyArrayObject *)*array;
   PyObject *name = is_given_name(args[1]) ? Py_NewRef(args[1]) : auto_name(allreduce_kind, args[5]);
   if (name == NULL) return NULL;
-  Signature signature;
+  Signature signature = {0};  /* filled by checked_signature, which gcc cannot see through */
   hvdlite_request request = {0};
   int64_t dims[NPY_MAXDIMS];
   request.dtype = core_dtype(contiguous_array);
