@@ -77,9 +77,17 @@ Topology Core::topology() {
 }
 
 int Core::Enqueue(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
-  // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it.
-  std::lock_guard<std::mutex> lock(mutex_);
-  return EnqueueLocked(submissions, count, handles, error);
+  // No wake-up: async work waits for the next cycle boundary (ThreadMain), or for a caller to wait on it. A resting
+  // thread (quiet_wake.h) is woken, and then waits for that boundary.
+  int code;
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    code = EnqueueLocked(submissions, count, handles, error);
+    wake = code == 0 && resting_;
+  }
+  if (wake) work_cv_.notify_one();
+  return code;
 }
 
 int Core::EnqueueAndWait(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
@@ -428,7 +436,17 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       std::unique_lock<std::mutex> lock(mutex_);
       // A carried round is decided already: it runs now, as on every rank.
       if (!AnyCarried()) {
-        work_cv_.wait_for(lock, clock_.UntilNextRound(), [&] {
+        bool rested = false;  // to its end, with nothing here: it looks for a peer's wake now
+        if (quiet_.resting(Clock::now())) {
+          // Nobody has had work for long: a peer's wake is looked for only now and then (quiet_wake.h).
+          resting_ = true;
+          const Clock::duration rest = std::max<Clock::duration>(QuietWake::kRestCheck, clock_.UntilNextRound());
+          rested = !work_cv_.wait_for(lock, rest, [&] {
+            return shutdown_requested_ || timeline_control_.pending() || !queue_.empty();
+          });
+          resting_ = false;
+        }
+        if (!rested) work_cv_.wait_for(lock, clock_.UntilNextRound(), [&] {
           return shutdown_requested_ || timeline_control_.pending() ||
                  (callers_waiting_ > 0 && (!queue_.empty() || (AnyInFlight() && clock_.keep_going())));
         });

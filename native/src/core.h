@@ -163,6 +163,7 @@ class Core {
   // Threads blocked in Wait: what is in flight must not wait for the cycle boundary. Raised under mutex_
   // (before the wake-up), lowered without it.
   std::atomic<int> callers_waiting_{0};
+  bool resting_ = false;  // the background thread rests (quiet_wake.h): a submission wakes it
   std::string set_up_error_;
   Topology topology_;
   int64_t process_set_changes_ = 0;

@@ -26,6 +26,7 @@ void QuietWake::Stop() {
 
 void QuietWake::GoQuiet() {
   quiet_ = true;
+  quiet_since_ = Clock::now();
   for (int r = 0; r < size_; ++r) {
     if (r != rank_) MPI_Irecv(nullptr, 0, MPI_BYTE, r, kWakeTag, comm_, &receives_[r]);
   }

@@ -1,7 +1,9 @@
 """Quiet and wake: ranks stop negotiating while none has work, and the first to get work wakes the others (each
 wake received from its named sender). Hundreds of quiet/wake cycles, ranks pausing at random so that any of them,
 or several at once, wake the rest, with async work in flight. make test runs it across simulated hosts too, on
-both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run."""
+both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run. Ranks
+quiet for long rest (their thread wakes far less often than once a cycle) and are still woken by a peer."""
+import os
 import random
 import time
 
@@ -40,3 +42,37 @@ def test_every_rank_waking_at_once():
         time.sleep(0.003)  # all quiet, then all wake together: every rank receives a wake from every other
         out = hvd.allreduce(np.full(8, float(step + rank)), name="together", op=hvd.Sum)
         assert np.all(out == size * step + size * (size - 1) / 2), f"step {step}: {out[:4]}"
+
+
+def core_thread_wake_ups():
+    """How many times hvdlite's threads (named hvdlite-core) of this process have been switched out so far."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().strip() != "hvdlite-core":
+                    continue
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith(("voluntary_ctxt_switches",
+                                                                                   "nonvoluntary_ctxt_switches")))
+        except OSError:
+            continue
+    return total
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.hvd_env(HVDLITE_OVERLAP="on")  # rounds at every cycle boundary: with few cores an idle rank keeps a heartbeat
+def test_ranks_quiet_for_long_rest_and_are_still_woken_by_a_peer():
+    rank, size = hvd.rank(), hvd.size()
+    hvd.allreduce(np.ones(4), name="rest.start", op=hvd.Sum)
+    time.sleep(0.3)  # longer than it takes to start resting (quiet_wake.h)
+    before = core_thread_wake_ups()
+    time.sleep(1.0)
+    woken = core_thread_wake_ups() - before
+    # Looking every cycle (1 ms) woke the thread about 1000 times a second.
+    assert woken < 300, f"rank {rank}: hvdlite's thread woke {woken} times in a second while no rank had work"
+    for step in range(2 * size):
+        # Every rank rests; the step's waker comes back first, and the others only after its wake reached them.
+        time.sleep(0.15 if rank == step % size else 0.2)
+        out = hvd.allreduce(np.full(8, float(step * size + rank)), name="rest.wake", op=hvd.Sum)
+        assert np.all(out == step * size * size + size * (size - 1) / 2), f"step {step}: {out[:4]}"
