@@ -437,10 +437,10 @@ void Core::ThreadMain(Settings settings, MPI_Comm parent) {
       // A carried round is decided already: it runs now, as on every rank.
       if (!AnyCarried()) {
         bool rested = false;  // to its end, with nothing here: it looks for a peer's wake now
-        if (quiet_.resting(Clock::now())) {
-          // Nobody has had work for long: a peer's wake is looked for only now and then (quiet_wake.h).
+        const Clock::duration rest = quiet_.Rest(Clock::now());
+        if (rest > clock_.UntilNextRound()) {
+          // Nobody has had work for a while: a peer's wake is looked for less often (quiet_wake.h).
           resting_ = true;
-          const Clock::duration rest = std::max<Clock::duration>(QuietWake::kRestCheck, clock_.UntilNextRound());
           rested = !work_cv_.wait_for(lock, rest, [&] {
             return shutdown_requested_ || timeline_control_.pending() || !queue_.empty();
           });

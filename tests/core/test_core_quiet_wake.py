@@ -1,8 +1,8 @@
 """Quiet and wake: ranks stop negotiating while none has work, and the first to get work wakes the others (each
 wake received from its named sender). Hundreds of quiet/wake cycles, ranks pausing at random so that any of them,
 or several at once, wake the rest, with async work in flight. make test runs it across simulated hosts too, on
-both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run. Ranks
-quiet for long rest (their thread wakes far less often than once a cycle) and are still woken by a peer."""
+both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run. A rank
+quiet for a while rests (its thread wakes far less often than once a cycle) and is still woken by a peer."""
 import os
 import random
 import time
@@ -65,7 +65,7 @@ def core_thread_wake_ups():
 def test_ranks_quiet_for_long_rest_and_are_still_woken_by_a_peer():
     rank, size = hvd.rank(), hvd.size()
     hvd.allreduce(np.ones(4), name="rest.start", op=hvd.Sum)
-    time.sleep(0.3)  # longer than it takes to start resting (quiet_wake.h)
+    time.sleep(0.3)  # its rests have grown to their longest by now (quiet_wake.h)
     before = core_thread_wake_ups()
     time.sleep(1.0)
     woken = core_thread_wake_ups() - before
