@@ -3,7 +3,6 @@ wake received from its named sender). Hundreds of quiet/wake cycles, ranks pausi
 or several at once, wake the rest, with async work in flight. make test runs it across simulated hosts too, on
 both of MPICH's network layers: over UCX a wake received from any source was lost and hung every such run. A rank
 quiet for a while rests (its thread wakes far less often than once a cycle) and is still woken by a peer."""
-import os
 import random
 import time
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import hvdlite as hvd
+from harness import core_threads
 
 pytestmark = [pytest.mark.ranks(2, 3, 4), pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20),
               pytest.mark.across_hosts, pytest.mark.sanitize(address=True, thread=True)]
@@ -44,31 +44,15 @@ def test_every_rank_waking_at_once():
         assert np.all(out == size * step + size * (size - 1) / 2), f"step {step}: {out[:4]}"
 
 
-def core_thread_wake_ups():
-    """How many times hvdlite's threads (named hvdlite-core) of this process have been switched out so far."""
-    total = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/comm") as f:
-                if f.read().strip() != "hvdlite-core":
-                    continue
-            with open(f"/proc/self/task/{task}/status") as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith(("voluntary_ctxt_switches",
-                                                                                   "nonvoluntary_ctxt_switches")))
-        except OSError:
-            continue
-    return total
-
-
 @pytest.mark.timeout(120)
-@pytest.mark.hvd_env(HVDLITE_OVERLAP="on")  # rounds at every cycle boundary: with few cores an idle rank keeps a heartbeat
+@pytest.mark.hvd_env(HVDLITE_OVERLAP="on")  # rounds on every cycle (with few cores an idle rank keeps a heartbeat)
 def test_ranks_quiet_for_long_rest_and_are_still_woken_by_a_peer():
     rank, size = hvd.rank(), hvd.size()
     hvd.allreduce(np.ones(4), name="rest.start", op=hvd.Sum)
     time.sleep(0.3)  # its rests have grown to their longest by now (quiet_wake.h)
-    before = core_thread_wake_ups()
+    before = core_threads.switches()
     time.sleep(1.0)
-    woken = core_thread_wake_ups() - before
+    woken = core_threads.switches() - before
     # Looking every cycle (1 ms) woke the thread about 1000 times a second.
     assert woken < 300, f"rank {rank}: hvdlite's thread woke {woken} times in a second while no rank had work"
     for step in range(2 * size):
