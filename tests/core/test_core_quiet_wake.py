@@ -60,3 +60,25 @@ def test_ranks_quiet_for_long_rest_and_are_still_woken_by_a_peer():
         time.sleep(0.15 if rank == step % size else 0.2)
         out = hvd.allreduce(np.full(8, float(step * size + rank)), name="rest.wake", op=hvd.Sum)
         assert np.all(out == step * size * size + size * (size - 1) / 2), f"step {step}: {out[:4]}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.hvd_env(HVDLITE_OVERLAP="on")
+def test_resting_ranks_without_work_take_part_in_the_others_rounds():
+    # Every round is the whole job's, so a rank with nothing of its own must still wake for its peers' work: here
+    # rank 0 is outside the process set, then the rank that joined first waits in join while the others go on.
+    rank, size = hvd.rank(), hvd.size()
+    members = list(range(1, size))
+    ps = hvd.add_process_set(members)
+    for step in range(4):
+        time.sleep(0.05)  # every rank rests
+        if ps.included():
+            got = hvd.allreduce(np.full(3, float(rank + step)), op=hvd.Sum, name="rest.set", process_set=ps)
+            assert np.all(got == sum(members) + step * len(members)), f"step {step}: {got}"
+    hvd.barrier()
+    assert hvd.remove_process_set(ps)
+    for step in range(rank + 1):  # rank r takes r + 1 steps: the ranks join one after another
+        time.sleep(0.05)
+        got = hvd.allreduce(np.full(3, 1.0), op=hvd.Sum, name="rest.join")
+        assert np.all(got == size - step), f"step {step}: {got}"  # the joined ranks give nothing to the sum
+    assert hvd.join() == size - 1
