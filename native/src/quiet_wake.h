@@ -8,11 +8,11 @@
 //
 // A quiet rank looks for wakes less often the longer it has been quiet (Rest: as long as it has been quiet, at most
 // kMaxRest), and a submission of its own ends the rest at once. Looking at every cycle woke each idle rank's thread
-// 1000 times a second at the default cycle: across hosts that kept a few percent of a core busy, and a training
-// step's computation lost more than that to the thread pre-empting it (DDP on the small ResNet across 2 hosts
-// trained 3-7% faster without it). A peer that wakes a resting rank waits longer only where the resting rank has no
-// work of its own (in a training step every rank gets its own gradients and wakes itself), at most about as long as
-// the rank had been quiet, and never more than kMaxRest.
+// 1000 times a second at the default cycle, and a training step's computation lost more to the thread pre-empting
+// it than the thread's own CPU time (docs/decisions/negotiation-rounds-on-the-background-thread.md). A peer that
+// wakes a resting rank waits longer only where the resting rank has no work of its own (in a training step every
+// rank gets its own gradients and wakes itself), at most about as long as the rank had been quiet, and never more
+// than kMaxRest.
 #pragma once
 #include <mpi.h>
 
