@@ -126,7 +126,9 @@ SETTINGS = (
             flag="--fusion-threshold-mb", flag_scale=MiB, default_text="67108864 (64 MiB)"),
     Setting("cycle_time_ms", "HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", 1.0, "float",
             _parse_non_negative_float, "Negotiation rounds for async work start on multiples of this many "
-            "milliseconds (the same instants on every rank); synchronous work starts at once",
+            "milliseconds (the same instants on every rank); synchronous work starts at once. While no rank has "
+            "work none run, and an idle rank looks for a peer's wake less often the longer it has been idle (at "
+            "most every 10 ms)",
             flag="--cycle-time-ms"),
     Setting("cache_capacity", "HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", 1024, "int",
             _parse_non_negative_int,
