@@ -31,6 +31,7 @@ import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
+TESTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests")  # tests/harness: simulated hosts, core threads
 TRAINERS = ("ddp_gloo", "ddp_hvdlite", "hvdlite_optimizer")
 LABELS = {"ddp_gloo": "DDP on gloo", "ddp_hvdlite": "DDP on hvdlite", "hvdlite_optimizer":
           "hvdlite DistributedOptimizer"}
@@ -87,13 +88,6 @@ def build_model(kind):
     return Transformer(), (64,), 100
 
 
-def core_thread_cpu_s():
-    """CPU seconds hvdlite's background thread has used in this process (tests/harness/core_threads.py)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
-    from harness import core_threads
-    return core_threads.cpu_seconds()
-
-
 def train_models(args, rank, size, gloo, log):
     import copy
 
@@ -103,6 +97,8 @@ def train_models(args, rank, size, gloo, log):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import hvdlite.torch as hvd
+    sys.path.insert(0, TESTS)
+    from harness import core_threads  # CPU time of hvdlite's background thread
     results = {}
     for kind in args.models.split(","):
         torch.manual_seed(0)
@@ -156,12 +152,12 @@ def train_models(args, rank, size, gloo, log):
             for name in turn:
                 net, opt = trainers[name]
                 dist.barrier(group=gloo)
-                start, start_cpu, start_core = time.perf_counter(), time.process_time(), core_thread_cpu_s()
+                start, start_cpu, start_core = time.perf_counter(), time.process_time(), core_threads.cpu_seconds()
                 for _ in range(args.num_batches_per_iter):
                     step(net, opt)
                 wall = time.perf_counter() - start
                 spent = torch.tensor([(time.process_time() - start_cpu) / wall,
-                                      (core_thread_cpu_s() - start_core) / wall], dtype=torch.float64)
+                                      (core_threads.cpu_seconds() - start_core) / wall], dtype=torch.float64)
                 elapsed = torch.tensor([wall], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=gloo)  # the job's step time: its slowest rank
                 dist.all_reduce(spent, group=gloo)
@@ -352,7 +348,7 @@ def plot(path, results):
 
 
 def run_on_simulated_hosts(args, worker, env):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
+    sys.path.insert(0, TESTS)
     from harness import simulated_hosts
     problem = simulated_hosts.available()
     if problem:
