@@ -124,12 +124,6 @@ int TcpRingAllreduce::Vector(int64_t begin, int64_t bytes, bool input) {
   return static_cast<int>(vector_.size());
 }
 
-std::string TcpRingAllreduce::Failed(const std::string &what) {
-  // Closing ends the neighbours' waits with an error too, and theirs their neighbours': every host fails now.
-  sockets_.Close(what);
-  return "the ring across hosts failed: " + what;
-}
-
 std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vector<BufferPiece> &pieces, int64_t count,
                                         DataType dtype, ReduceOp op, ShareHalves *halves) {
   if (CopyIfTrivial(ctx, pieces, count)) {
@@ -137,7 +131,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
     if (halves && halves->Prepare(0, bytes)) (void)halves->Deliver(0, bytes);
     return "";
   }
-  if (!sockets_.connected()) return "the ring across hosts is closed: " + sockets_.closed_because();
+  if (!sockets_.connected()) return sockets_.ClosedError();
   layout_.Reset(pieces);
   const int n = ctx.size, rank = ctx.rank, steps = 2 * (n - 1);
   const int64_t element = static_cast<int64_t>(DataTypeSize(dtype));
@@ -176,7 +170,7 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
     const int ready = poll(fds, 2, paced.HasWork(done_) ? 0 : -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      return Failed(std::string("poll: ") + std::strerror(errno));
+      return sockets_.Fail(std::string("poll: ") + std::strerror(errno));
     }
     if (ready == 0) {
       paced.RunGrain(done_);
@@ -188,7 +182,8 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
       message.msg_iovlen = Vector(chunks.Begin(chunks.Sent(send_step)) + sent, send_ready - sent, send_step == 0);
       const ssize_t bytes = sendmsg(sockets_.right(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (bytes < 0 && errno != EAGAIN && errno != EINTR) {
-        return Failed("sending to the next host (rank " + std::to_string((rank + 1) % n) + "): " + std::strerror(errno));
+        return sockets_.Fail("sending to the next host (rank " + std::to_string((rank + 1) % n) + "): " +
+                             std::strerror(errno));
       }
       if (bytes > 0) sent += bytes;
     }
@@ -209,8 +204,8 @@ std::string TcpRingAllreduce::RunPieces(const CommContext &ctx, const std::vecto
       }
       const ssize_t bytes = recvmsg(sockets_.left(), &message, MSG_DONTWAIT);
       if (bytes == 0 || (bytes < 0 && errno != EAGAIN && errno != EINTR)) {
-        return Failed("receiving from the previous host (rank " + std::to_string((rank - 1 + n) % n) + "): " +
-                      (bytes == 0 ? std::string("it closed the connection") : std::strerror(errno)));
+        return sockets_.Fail("receiving from the previous host (rank " + std::to_string((rank - 1 + n) % n) + "): " +
+                             (bytes == 0 ? std::string("it closed the connection") : std::strerror(errno)));
       }
       if (bytes > 0) {
         received += bytes;

@@ -42,7 +42,6 @@ class TcpRingAllreduce : public PiecewiseAllreduce {
  private:
   // The I/O vector for bytes [begin, begin + bytes) of the inputs or outputs, at most kMaxVectors runs.
   int Vector(int64_t begin, int64_t bytes, bool input);
-  std::string Failed(const std::string &what);
 
   RingSockets &sockets_;
   int64_t window_bytes_;

@@ -42,15 +42,10 @@ struct Way {
 
 }  // namespace
 
-std::string RingGather::Failed(const std::string &what) {
-  sockets_.Close(what);
-  return "the connections across hosts failed: " + what;
-}
-
 std::string RingGather::Run(const CommContext &ctx, uint8_t *blocks, int64_t bytes) {
   const int n = ctx.size, rank = ctx.rank;
   if (n == 1 || bytes == 0) return "";
-  if (!sockets_.connected()) return "the ring across hosts is closed: " + sockets_.closed_because();
+  if (!sockets_.connected()) return sockets_.ClosedError();
   // Both ways at once (each connection carries bytes both ways): a block goes at most n/2 hops, and each
   // connection carries half the blocks in each direction.
   Way ways[2] = {{sockets_.right(), sockets_.left(), +1, n / 2}, {sockets_.left(), sockets_.right(), -1, (n - 1) / 2}};
@@ -65,7 +60,7 @@ std::string RingGather::Run(const CommContext &ctx, uint8_t *blocks, int64_t byt
         const ssize_t done = send(w.send_fd, block(rank - w.way * w.send_step) + w.sent,
                                   static_cast<size_t>(ready - w.sent), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (done < 0 && errno != EAGAIN && errno != EINTR) {
-          return Failed("sending to host rank " + neighbour(w.send_fd) + ": " + std::strerror(errno));
+          return sockets_.Fail("sending to host rank " + neighbour(w.send_fd) + ": " + std::strerror(errno));
         }
         if (done > 0) {
           w.sent += done;
@@ -76,8 +71,8 @@ std::string RingGather::Run(const CommContext &ctx, uint8_t *blocks, int64_t byt
         const ssize_t done = recv(w.receive_fd, block(rank - w.way * (w.receive_step + 1)) + w.received,
                                   static_cast<size_t>(bytes - w.received), MSG_DONTWAIT);
         if (done == 0 || (done < 0 && errno != EAGAIN && errno != EINTR)) {
-          return Failed("receiving from host rank " + neighbour(w.receive_fd) + ": " +
-                        (done == 0 ? std::string("it closed the connection") : std::strerror(errno)));
+          return sockets_.Fail("receiving from host rank " + neighbour(w.receive_fd) + ": " +
+                               (done == 0 ? std::string("it closed the connection") : std::strerror(errno)));
         }
         if (done > 0) {
           w.received += done;
@@ -95,7 +90,7 @@ std::string RingGather::Run(const CommContext &ctx, uint8_t *blocks, int64_t byt
       if (w.sent < w.SendReady(bytes)) send_end.events |= POLLOUT;
       if (w.receive_step < w.steps) receive_end.events |= POLLIN;
     }
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return Failed(std::string("poll: ") + std::strerror(errno));
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return sockets_.Fail(std::string("poll: ") + std::strerror(errno));
   }
   return "";
 }

@@ -24,8 +24,6 @@ class RingGather {
   std::string Run(const CommContext &ctx, uint8_t *blocks, int64_t bytes);
 
  private:
-  std::string Failed(const std::string &what);
-
   RingSockets &sockets_;
 };
 

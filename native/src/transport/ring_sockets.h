@@ -33,6 +33,13 @@ class RingSockets {
   // a ring that failed on one host fails on every host instead of waiting for it. Later calls see why.
   void Close(const std::string &why);
   const std::string &closed_because() const { return closed_because_; }
+  // What a collective over the ring returns: Fail closes the connections (every host fails now) and says what
+  // failed; ClosedError is the answer of a collective started after they closed.
+  std::string Fail(const std::string &what) {
+    Close(what);
+    return "the ring across hosts failed: " + what;
+  }
+  std::string ClosedError() const { return "the ring across hosts is closed: " + closed_because_; }
 
  private:
   std::string ConnectHere(const CommContext &ctx, const std::string &interfaces, double timeout_seconds);
