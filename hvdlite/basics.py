@@ -51,7 +51,7 @@ def init(comm=None, process_sets=None):
             get_logger().info("removed %d shared-memory segments that killed MPI jobs left in /dev/shm",
                               len(removed))
     if not _atexit_registered:
-        # Registered after mpi4py's import, so it runs before MPI is finalized.
+        # Runs before MPI is finalized: mpi4py finalizes from a C exit hook (Py_AtExit), after every atexit function.
         atexit.register(shutdown)
         _atexit_registered = True
     for process_set in process_sets or ():

@@ -1,6 +1,6 @@
 """What each rank of a RayExecutor runs: it connects to its own actor (on its host, by loopback) and runs the
 calls the actor hands it, one at a time, until told to stop. A call that raises is answered with its traceback,
-then ends the job (under ``python -m mpi4py`` a raising rank aborts every rank), since the other ranks may be
+then ends the job (a raising Python rank aborts every rank), since the other ranks may be
 waiting for this one in a collective; the executor must be started again."""
 import socket
 import traceback

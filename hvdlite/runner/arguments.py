@@ -87,8 +87,8 @@ def make_parser():
                              "before starting (each within 10 s, all at once)")
     parser.add_argument("--mpiexec", help="mpiexec to use (default: the one of the MPI hvdlite was built with)")
     parser.add_argument("--no-abort-on-exception", dest="abort_on_exception", action="store_false",
-                        help="do not run Python programs through `python -m mpi4py` (which aborts the whole job "
-                             "when one rank raises)")
+                        help="do not run Python programs through `python -m hvdlite.runner.python_rank` (which, as "
+                             "`python -m mpi4py`, aborts the whole job when one rank raises)")
     _add_restart_flags(parser)
     parser.add_argument("--start-timeout", type=float, default=start_watch.DEFAULT_SECONDS, metavar="SECONDS",
                         help="once every rank has begun MPI's start-up, how long they may take to get through it "

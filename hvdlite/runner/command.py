@@ -8,12 +8,13 @@ from .mpiexec import HYDRA, OPENMPI
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
 _PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+_PYTHON_RANK = ["-m", "hvdlite.runner.python_rank"]
 
 
 def abort_on_exception(command):
-    """Runs a Python program as `python -m mpi4py program ...`, which calls MPI_Abort on an uncaught exception
-    or a non-zero sys.exit. Without it the failing rank hangs in MPI_Finalize and hydra never ends the job.
-    Anything else (not Python, interactive, already wrapped, flags we cannot read) is returned unchanged."""
+    """Runs a Python program as `python -m hvdlite.runner.python_rank program ...` (python_rank.py), which calls
+    MPI_Abort on an uncaught exception or a non-zero sys.exit, as `python -m mpi4py` does. Anything else (not Python,
+    interactive, already wrapped, flags we cannot read) is returned unchanged."""
     command = list(command)
     if not command or not _PYTHON_NAME.match(os.path.basename(command[0])):
         return command
@@ -30,9 +31,9 @@ def abort_on_exception(command):
         index += 1
     else:
         return command  # no program: interactive or -V
-    if command[index:index + 2] == ["-m", "mpi4py"]:
+    if command[index:index + 2] in (["-m", "mpi4py"], _PYTHON_RANK):
         return command
-    return command[:index] + ["-m", "mpi4py"] + command[index:]
+    return command[:index] + _PYTHON_RANK + command[index:]
 
 
 def _hostfile_matches(flavour, hostfile):

@@ -4,7 +4,7 @@ list indexed by rank (from a notebook, a test, a driver program).
 
 The function and its arguments travel as a cloudpickle (a function defined in a notebook or a script's
 ``__main__`` is pickled by value). This process listens on a TCP port of its own: every rank
-(``python -m hvdlite.runner.function_worker``, under ``python -m mpi4py`` so that a raising rank ends the job) asks it
+(``python -m hvdlite.runner.function_worker``, run as any Python rank so that a raising rank ends the job) asks it
 for the function, calls it, and sends back the return value or its traceback; ranks on other hosts reach it by this
 host's name, as they reach the launcher. A connection must first give the job's secret, so that nothing else can
 hand this process a pickle to load. An elastic run (``min_num_proc``/``max_num_proc``) restarts as hvdliterun

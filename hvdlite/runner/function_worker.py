@@ -1,5 +1,5 @@
 """A rank of ``hvdlite.run(func, ...)`` (function_runner.py): fetches the function from the process that called
-run(), calls it, and sends back what it returned, or its traceback before raising again (under ``python -m mpi4py``
+run(), calls it, and sends back what it returned, or its traceback before raising again (as a Python rank,
 the raise ends the whole job, as a raising script does)."""
 import os
 import pickle

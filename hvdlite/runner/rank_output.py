@@ -11,16 +11,29 @@ the job is being stopped: the copier ignores the signals that stop a job, and li
 reach of MPI's kill of the rank's process group (SIGKILL, once another rank has failed). While it runs it holds a
 shared lock on DIR, so that hvdliterun returns only once the copiers on its host have written everything
 (wait_for_copiers).
+
+A rank that aborts the job (python_rank.py: an uncaught exception) would lose its last words on the console all the
+same: MPI's launcher ends the job as the abort reaches it, without reading what is still on its way through the
+copier. So the program also gets a channel to its copier (FLUSH_VARIABLE names its descriptor): as a Python rank ends,
+before it can abort, it asks the copier to pass on everything written so far and waits for the answer
+(python_rank.flush_through_copier), which comes once MPI's launcher has read it.
 """
 import fcntl
 import os
 import selectors
 import signal
+import socket
+import stat
 import sys
+import termios
 import threading
+import time
 
 from ..logging import launcher_rank, launcher_size
 from .protocol import RESTART_VARIABLE  # a restarted job adds to the files of its earlier starts
+from .python_rank import FLUSH_VARIABLE  # the program's end of its channel to its copier
+
+_CONSOLE_READ_WAIT = 5.0  # seconds a flush waits for MPI's launcher to read the console (a stalled one: give up)
 
 
 def wrap(directory, command):
@@ -43,28 +56,78 @@ def rank_folder(directory, environ):
     return os.path.join(directory, f"rank.{padded_rank(int(rank), size)}")
 
 
-def _copy(sources):
-    """Copies each readable fd to its (file fd, console fd) pairs until every source is closed."""
+def _copy(sources, channel):
+    """Copies each readable fd to its (file fd, console fd) pairs until every source is closed; answers the
+    program's flush requests on channel."""
     for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, signal.SIG_IGN)
     selector = selectors.DefaultSelector()
-    for source, targets in sources.items():
-        selector.register(source, selectors.EVENT_READ, targets)
+    for source in (*sources, channel):
+        selector.register(source, selectors.EVENT_READ)
     console_open = {targets[1]: True for targets in sources.values()}
-    while selector.get_map():
+
+    def pass_on(source, chunk):
+        file_fd, console_fd = sources[source]
+        _write_all(file_fd, chunk)
+        if console_open[console_fd]:
+            try:
+                _write_all(console_fd, chunk)
+            except OSError:  # the console went away (mpiexec ended): the file still gets everything
+                console_open[console_fd] = False
+
+    open_sources = set(sources)
+    while open_sources:
         for key, _ in selector.select():
+            if key.fd == channel:
+                consoles = [fd for fd, is_open in console_open.items() if is_open]
+                if not _answer(channel, lambda: _flush(sources, pass_on, consoles)):
+                    selector.unregister(channel)  # the program has ended (or closed it)
+                continue
             chunk = os.read(key.fd, 65536)
-            if not chunk:
+            if chunk:
+                pass_on(key.fd, chunk)
+            else:
                 selector.unregister(key.fd)
                 os.close(key.fd)
-                continue
-            file_fd, console_fd = key.data
-            _write_all(file_fd, chunk)
-            if console_open[console_fd]:
-                try:
-                    _write_all(console_fd, chunk)
-                except OSError:  # the console went away (mpiexec ended): the file still gets everything
-                    console_open[console_fd] = False
+                open_sources.discard(key.fd)
+
+
+def _answer(channel, flush):
+    """Serves the program's flush requests waiting on channel; False once its end is gone."""
+    try:
+        request = os.read(channel, 64)
+        if request:
+            flush()
+            os.write(channel, b"!" * len(request))  # one answer to each asker
+        return bool(request)
+    except OSError:  # the program's end went away before its answer
+        return False
+
+
+def _flush(sources, pass_on, consoles):
+    """Passes on all that the sources hold (the program, waiting for the answer, writes no more meanwhile), then waits
+    until MPI's launcher has read the consoles that are pipes, or for _CONSOLE_READ_WAIT seconds."""
+    for source in sources:
+        try:
+            waiting = _unread_bytes(source)
+        except OSError:  # closed already: all of it was passed on
+            continue
+        while waiting > 0:
+            chunk = os.read(source, waiting)
+            if not chunk:
+                break
+            pass_on(source, chunk)
+            waiting -= len(chunk)
+    # Nothing wakes a writer when its pipe empties, so this polls, backing off (once, at a rank's end).
+    pipes = [fd for fd in consoles if stat.S_ISFIFO(os.fstat(fd).st_mode)]
+    deadline, pause = time.monotonic() + _CONSOLE_READ_WAIT, 0.001
+    while any(_unread_bytes(fd) for fd in pipes) and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _unread_bytes(fd):
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder, signed=True)
 
 
 def wait_for_copiers(directory, timeout=30.0):
@@ -116,6 +179,7 @@ def main(argv=None):
         print(f"hvdliterun --output-filename: {error}", file=sys.stderr, flush=True)
         return 1
     pipes = [os.pipe(), os.pipe()]
+    program_end, copier_end = socket.socketpair()
     sys.stdout.flush()
     sys.stderr.flush()
     # Two forks, so that the copier is nobody's child once this process becomes the program (a program waiting
@@ -127,8 +191,8 @@ def main(argv=None):
                 os.setsid()
                 # Only what it copies from and to, and its lock: a descriptor MPI handed the rank (hydra's PMI
                 # socket) stays the program's alone.
-                _close_all_but({1, 2, pipes[0][0], pipes[1][0], *files, lock})
-                _copy({pipes[0][0]: (files[0], 1), pipes[1][0]: (files[1], 2)})
+                _close_all_but({1, 2, pipes[0][0], pipes[1][0], *files, lock, copier_end.fileno()})
+                _copy({pipes[0][0]: (files[0], 1), pipes[1][0]: (files[1], 2)}, copier_end.fileno())
             finally:
                 os._exit(0)
         os._exit(0)
@@ -138,6 +202,9 @@ def main(argv=None):
         os.close(write_end)
         os.close(read_end)
         os.close(file_fd)
+    copier_end.close()
+    program_end.set_inheritable(True)
+    os.environ[FLUSH_VARIABLE] = str(program_end.fileno())
     try:
         os.execvp(command[0], command)
     except OSError as error:

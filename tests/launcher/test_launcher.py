@@ -141,17 +141,21 @@ def test_host_list_parsing_and_errors(tmp_path):
         read_hostfile(str(bad))
 
 
+RANK = ["-m", "hvdlite.runner.python_rank"]
+
+
 @pytest.mark.parametrize("command,expected", [
-    (["python", "train.py", "--lr", "1"], ["python", "-m", "mpi4py", "train.py", "--lr", "1"]),
-    (["/usr/bin/python3.11", "-u", "t.py"], ["/usr/bin/python3.11", "-u", "-m", "mpi4py", "t.py"]),
-    (["python", "-W", "ignore", "-m", "pkg.train"], ["python", "-W", "ignore", "-m", "mpi4py", "-m", "pkg.train"]),
-    (["python3", "-c", "print(1)"], ["python3", "-m", "mpi4py", "-c", "print(1)"]),
+    (["python", "train.py", "--lr", "1"], ["python", *RANK, "train.py", "--lr", "1"]),
+    (["/usr/bin/python3.11", "-u", "t.py"], ["/usr/bin/python3.11", "-u", *RANK, "t.py"]),
+    (["python", "-W", "ignore", "-m", "pkg.train"], ["python", "-W", "ignore", *RANK, "-m", "pkg.train"]),
+    (["python3", "-c", "print(1)"], ["python3", *RANK, "-c", "print(1)"]),
     (["python", "-m", "mpi4py", "t.py"], ["python", "-m", "mpi4py", "t.py"]),
+    (["python", *RANK, "t.py"], ["python", *RANK, "t.py"]),
     (["python", "-um", "pkg"], ["python", "-um", "pkg"]),   # combined flags: not guessed at
     (["python"], ["python"]),
     (["./train.sh", "x"], ["./train.sh", "x"]),
 ])
-def test_python_programs_run_through_mpi4py_so_an_exception_aborts_the_job(command, expected):
+def test_python_programs_run_as_python_ranks_so_an_exception_aborts_the_job(command, expected):
     assert abort_on_exception(command) == expected
 
 
@@ -375,7 +379,7 @@ def test_exit_code_of_the_job_is_forwarded(tmp_path):
 def test_verbose_prints_the_exact_mpiexec_command(tmp_path):
     result, _, _ = _launch(tmp_path, "print('hello', flush=True)\n", "--verbose", "--log-level", "info")
     assert result.returncode == 0
-    assert "-m mpi4py" in result.stderr and "HVDLITE_LOG_LEVEL" in result.stderr
+    assert "-m hvdlite.runner.python_rank" in result.stderr and "HVDLITE_LOG_LEVEL" in result.stderr
 
 
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -88,6 +89,73 @@ def test_a_failing_rank_keeps_its_traceback_and_exit_code(tmp_path):
     assert (tmp_path / "logs" / "rank.1" / "stdout").read_text() == "before the failure\n"
     assert "ValueError: rank one gives up" in result.stderr
     assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+# Rank 1 stops its copier (the process that, besides itself, holds its stderr pipe), has a thread wake it a second
+# later, and raises: the abort comes while the traceback still waits in the copier, as on a host too busy to run the
+# copier in time. A daemon thread, so that only a rank that waits for its copier before it aborts lives to wake it.
+LAGGING_COPIER = """
+import os, signal, sys, threading
+from mpi4py import MPI
+
+def copier_of_stderr():
+    pipe = f"pipe:[{os.fstat(2).st_ino}]"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == pipe for fd in os.listdir(f"/proc/{pid}/fd")):
+                return int(pid)
+        except OSError:  # gone, or not ours to look at
+            pass
+    raise RuntimeError("no copier holds this rank's stderr")
+
+print("before the failure", flush=True)
+if MPI.COMM_WORLD.rank == 1:
+    copier = copier_of_stderr()
+    os.kill(copier, signal.SIGSTOP)
+    waking = threading.Timer(1.0, os.kill, (copier, signal.SIGCONT))
+    waking.daemon = True
+    waking.start()
+    raise ValueError("rank one gives up")
+MPI.COMM_WORLD.barrier()
+"""
+
+
+def test_an_aborting_ranks_traceback_reaches_the_console_though_its_copier_lags(tmp_path):
+    try:
+        result, token = _run(tmp_path, LAGGING_COPIER, "-np", "2", "--output-filename", "logs", timeout=90)
+    finally:  # a copier left stopped (the rank aborted without waiting for it) is woken to end
+        subprocess.run(["pkill", "-CONT", "-f", "hvdlite.runner.rank_output " + str(tmp_path)], check=False)
+    assert result.returncode != 0
+    assert "ValueError: rank one gives up" in result.stderr, result.stderr
+    assert result.stdout.count("before the failure") == 2, result.stdout  # print's two writes may interleave
+    assert "ValueError: rank one gives up" in (tmp_path / "logs" / "rank.1" / "stderr").read_text()
+    assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+def test_a_flush_returns_once_the_console_has_read_what_the_program_wrote(tmp_path):
+    """Our copier's side of a flush, without MPI: the console is this test's pipe, which it reads only a second after
+    the program has written, and then marks that it reads. The program's flush must not return before that."""
+    program = textwrap.dedent("""
+        import os, sys
+        from hvdlite.runner import python_rank
+        channel = python_rank.copier_channel()
+        sys.stdout.write("x" * 20000)
+        python_rank.flush_through_copier(channel)
+        with open("answered", "w") as answered:
+            answered.write("after reading" if os.path.exists("reading") else "before reading")
+    """)
+    env = with_hvdlite_importable(dict(os.environ, PMI_RANK="0", PMI_SIZE="1"))
+    copier = subprocess.Popen([PYTHON, "-m", "hvdlite.runner.rank_output", "logs", PYTHON, "-c", program], env=env,
+                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    (tmp_path / "reading").touch()
+    console = copier.stdout.read()  # to the end: the program and its copier have both ended
+    assert copier.wait(timeout=30) == 0
+    assert console == b"x" * 20000
+    assert (tmp_path / "logs" / "rank.0" / "stdout").read_text() == "x" * 20000
+    assert (tmp_path / "answered").read_text() == "after reading"
 
 
 def test_the_jobs_exit_code_is_the_ranks_as_without_the_flag(tmp_path):
