@@ -40,6 +40,10 @@ def run_step(step, shapes=None):
     rank, size = hvd.rank(), hvd.size()
     inputs = [rank_input(dtype, (shapes or {}).get(name, (count,)), rank, op, seed=(name, step))
               for name, dtype, count, op in GRADIENTS]  # made first: submissions follow each other closely
+    # The ranks start the step together, as a training step's all-reduces keep them: the references of the step
+    # before take each rank a different time, and the slowest one's submissions otherwise decided alone whether its
+    # rest came in the leads' round (nothing then rides) or after it.
+    MPI.COMM_WORLD.Barrier()
     handles = []
     for i, ((name, _, _, op), tensor) in enumerate(zip(GRADIENTS, inputs)):
         handles.append(hvd.allreduce_async(tensor, name=name, op=OPS[op]))
