@@ -62,7 +62,7 @@ def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, unin
     assert commit_folders_here() == before, "the finished job left its commits behind"
 
 
-@pytest.mark.parametrize("loop", ["model.fit", "custom loop"])
+@pytest.mark.parametrize("loop", ["model.fit", pytest.param("custom loop", marks=pytest.mark.long)])
 def test_keras_and_a_tensorflow_custom_loop_resume_bitwise_equal(tmp_path, loop):
     env = dict(TF_QUIET)
     mode = ["--custom-loop"] if loop == "custom loop" else []
@@ -75,6 +75,7 @@ def test_keras_and_a_tensorflow_custom_loop_resume_bitwise_equal(tmp_path, loop)
     assert killed == clean, "final weights differ from the uninterrupted run's"
 
 
+@pytest.mark.long  # the whole elastic program; its parts have quick tests (discovery, host-change checks, resumes)
 def test_the_job_shrinks_after_a_failure_and_grows_when_hosts_appear(tmp_path):
     discovery = tmp_path / "hosts"
     discovery.write_text("localhost:2\n")
