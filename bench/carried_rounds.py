@@ -169,14 +169,12 @@ def main():
         return run_job(args)
     import mpi4py
     mpi4py.rc.initialize = False  # the driver only launches jobs
-    from harness.simulated_hosts import SimulatedHosts, available
-    problem = available()
-    if problem:
-        raise SystemExit(f"bench/carried_rounds.py: {problem}")
+    from harness.simulated_hosts import hosts_for_bench
     import common
     rows, started = [], time.time()
     layouts = args.layouts.split(",")
-    with SimulatedHosts(max(LAYOUTS[l][0] for l in layouts), rate_mbit=args.rate_mbit or None) as hosts:
+    with hosts_for_bench(max(LAYOUTS[l][0] for l in layouts), "bench/carried_rounds.py",
+                         rate_mbit=args.rate_mbit or None) as hosts:
         for layout in layouts:
             for model in args.models.split(","):
                 print(f"-- {layout} {model}", flush=True)
@@ -184,9 +182,7 @@ def main():
     print(table(rows))
     payload = {"benchmark": "carried_rounds", "rate_mbit": args.rate_mbit, "network": args.network,
                "backward_ms": args.backward_ms, "rows": rows, "table": table(rows),
-               "machine": {"cpu": common._cpu_model(), "cores": os.cpu_count(), "git": common._git_revision(),
-                           "command": "python " + " ".join(common._relative_argv()),
-                           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - started)}}
+               "machine": common.driver_machine(started)}
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as stream:
         json.dump(payload, stream, indent=1)

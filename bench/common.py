@@ -163,6 +163,13 @@ def machine_info():
     return info
 
 
+def driver_machine(started):
+    """The machine record of a benchmark's driver on simulated hosts (no MPI in it), which started at started."""
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "git": _git_revision(),
+            "command": "python " + " ".join(_relative_argv()), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "seconds": round(time.time() - started)}
+
+
 def _relative_argv():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return [os.path.relpath(a, root) if os.path.isabs(a) and a.startswith(root) else a for a in sys.argv]

@@ -279,17 +279,14 @@ def main():
         return run_job(args)
     import mpi4py
     mpi4py.rc.initialize = False  # the driver only launches jobs
-    from harness.simulated_hosts import SimulatedHosts, available
-    problem = available()
-    if problem:
-        raise SystemExit(f"bench/multihost.py: {problem}")
+    from harness.simulated_hosts import hosts_for_bench
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else QUICK_SIZES if args.quick else SIZES
     if args.quick:
         args.repeats = min(args.repeats, 3)
     records = []
     started = time.time()
     for rate in [int(r) for r in args.rates.split(",")]:
-        with SimulatedHosts(4, rate_mbit=rate or None) as hosts:
+        with hosts_for_bench(4, "bench/multihost.py", rate_mbit=rate or None) as hosts:
             tcp = tcp_rate_mbit(hosts)
             print(f"== links {rate or 'unshaped'} Mbit/s: TCP gets {tcp:.0f} Mbit/s each way", flush=True)
             for layout in args.layouts.split(","):
@@ -314,9 +311,7 @@ def main():
                "crossovers": [{"rate_mbit": rate, "layout": layout, "bytes": switch}
                               for (rate, layout), switch in switches.items()],
                "targets": [{"target": t, "measured": round(v, 2), "pass": ok} for t, v, ok in checks],
-               "machine": {"cpu": common._cpu_model(), "cores": os.cpu_count(), "git": common._git_revision(),
-                           "command": "python " + " ".join(common._relative_argv()),
-                           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - started)}}
+               "machine": common.driver_machine(started)}
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as stream:
         json.dump(payload, stream, indent=1)

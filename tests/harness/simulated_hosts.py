@@ -66,6 +66,15 @@ def hosts_for_tests(count, what, **options):
     return SimulatedHosts(count, **options)
 
 
+def hosts_for_bench(count, what, **options):
+    """SimulatedHosts(count) for a benchmark's driver: where they cannot be made it ends saying why (what: the
+    benchmark)."""
+    problem = available()
+    if problem:
+        raise SystemExit(f"{what}: {problem}")
+    return SimulatedHosts(count, **options)
+
+
 def _owner_alive(namespace):
     pid = namespace[len(PREFIX):].split("-", 1)[0]
     return pid.isdigit() and os.path.exists(f"/proc/{pid}")
