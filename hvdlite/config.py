@@ -217,7 +217,8 @@ SETTINGS = (
             "The NCCL library to load (libnccl.so.2), instead of looking for one (hvdlite.gpu_status())",
             default_text="(searched)"),
     Setting("torch_extension_dir", "HVDLITE_TORCH_EXTENSION_DIR", None, "", "path", _parse_text,
-            "Where the torch.distributed backend is compiled and kept, a folder per PyTorch version inside",
+            "Where the torch.distributed backend is compiled and kept, a folder per PyTorch version and "
+            "installation inside",
             default_text="~/.cache/hvdlite"),
 )
 

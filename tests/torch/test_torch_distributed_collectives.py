@@ -1,7 +1,7 @@
 """Every collective of the "hvdlite" torch.distributed backend, on real ranks, checked on every rank against a float64
 reference built from every rank's input (each rank regenerates the others' from their seeds), synchronously and
 with async_op=True (Work.wait, is_completed, get_future), on the world group and on groups of some ranks; a loop's
-all-reduces named by their place in its period (the core's cache answers them); and the errors: ranks that disagree
+calls named by their place in its period (the core's cache answers them); and the errors: ranks that disagree
 (in such a loop too), bad arguments, a receive from any source.
 
 dist.init_process_group("hvdlite") is given nothing else: rank and size come from MPI (no MASTER_ADDR, RANK).
@@ -117,11 +117,38 @@ def test_futures_carry_the_results_to_callbacks(checks):
         checks.true(f"future {i} of 20 in flight", torch.equal(result.value()[0], torch.full((8,), float(want))))
 
 
-def test_all_reduces_of_a_loop_are_named_by_their_place_in_its_period(checks):
-    """A loop's calls repeat (DDP's buckets every step): its all-reduces are then named by their place in the
-    period, the same names every step, which the core's response cache answers (rank 0's timeline lists the
-    names). Every step's results match the reference on every rank; a burst of more all-reduces of one shape
-    than the period holds waits its turn; an all-reduce that one rank then changes is an error on every rank,
+def one_call(checks, kind, shape, salt, label, group=None):
+    """One call of a loop's step: kind on every rank's input of shape (reduce_scatter: each rank's share) in group
+    (of every rank), checked against the reference."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if kind == "broadcast":
+        x = make(torch.float32, 0, shape, salt) if rank == 0 else torch.zeros(shape)
+        dist.broadcast(x, src=0, group=group)
+        close(checks, label, x, make(torch.float32, 0, shape, salt), torch.float32)
+    elif kind == "all_gather":
+        inputs = [make(torch.float32, r, shape, salt) for r in range(size)]
+        out = torch.empty(size * shape[0], *shape[1:])
+        dist.all_gather_into_tensor(out, inputs[rank], group=group)
+        close(checks, label, out, torch.cat(inputs), torch.float32)
+    elif kind == "reduce_scatter":
+        inputs = [make(torch.float32, r, (size * shape[0], *shape[1:]), salt) for r in range(size)]
+        out = torch.empty(shape)
+        dist.reduce_scatter_tensor(out, inputs[rank], group=group)
+        want = reduce_reference(inputs, "sum")[rank * shape[0]:(rank + 1) * shape[0]]
+        close(checks, label, out, want, torch.float32)
+    else:
+        inputs = [make(torch.float32, r, shape, salt) for r in range(size)]
+        x = inputs[rank].clone()
+        dist.all_reduce(x, group=group)
+        close(checks, label, x, reduce_reference(inputs, "sum"), torch.float32)
+
+
+def test_calls_of_a_loop_are_named_by_their_place_in_its_period(checks):
+    """A loop's calls repeat (DDP's buffers and buckets, FSDP's gathers and reduce-scatters every step): a single
+    all-reduce, broadcast, all-gather or reduce-scatter is then named by its place in the period, the same name
+    every step, which the core's response cache answers (rank 0's timeline lists the names). Every step's results
+    match the reference on every rank; a burst of more all-reduces of one shape than the period holds waits its
+    turn; a call that one rank then changes (an all-reduce's shape, an all-gather's size) is an error on every rank,
     not a stall, and the group goes on."""
     import json
     import tempfile
@@ -132,20 +159,12 @@ def test_all_reduces_of_a_loop_are_named_by_their_place_in_its_period(checks):
     dist.broadcast_object_list(directory)
     trace = os.path.join(directory[0], "trace.json")
     hvd.start_timeline(trace)
-    shapes = [(1000,), (37,), None, (1000,)]  # None: a broadcast, which is never named by its place
+    step_calls = [("all_reduce", (1000,)), ("broadcast", (5,)), ("all_reduce", (37,)), ("all_gather", (6, 2)),
+                  ("reduce_scatter", (4,)), ("all_reduce", (1000,))]
     steps = 12
     for step in range(steps):
-        for i, shape in enumerate(shapes):
-            if shape is None:
-                x = make(torch.float32, 0, (5,), ("period.broadcast", step)) if rank == 0 else torch.zeros(5)
-                dist.broadcast(x, src=0)
-                close(checks, f"step {step}: broadcast", x, make(torch.float32, 0, (5,), ("period.broadcast", step)),
-                      torch.float32)
-                continue
-            inputs = [make(torch.float32, r, shape, ("period", step, i)) for r in range(size)]
-            x = inputs[rank].clone()
-            dist.all_reduce(x)
-            close(checks, f"step {step}: all_reduce {i}", x, reduce_reference(inputs, "sum"), torch.float32)
+        for i, (kind, shape) in enumerate(step_calls):
+            one_call(checks, kind, shape, ("period", step, i), f"step {step}: {kind} {i}")
     # A burst of one shape, more than the period: the later calls of a name wait for the earlier.
     works = [(i, dist.all_reduce(torch.full((1000,), float(rank + i)), async_op=True)) for i in range(10)]
     for i, work in works:
@@ -156,26 +175,50 @@ def test_all_reduces_of_a_loop_are_named_by_their_place_in_its_period(checks):
     if rank == 0:
         with open(trace) as f:
             names = [e["args"]["name"] for e in json.load(f) if e.get("ph") == "M" and e.get("name") == "thread_name"]
-        periodic = sorted({n for n in names if ".p4." in n})
-        checks.true("three all-reduces of the step named by their place in a period of 4", len(periodic) == 3,
+        periodic = sorted({n for n in names if ".p6." in n})
+        checks.true("every call of the step named by its place in a period of 6", len(periodic) == 6,
                     str(sorted(set(names))[:20]))
-    # One rank's all-reduce changes shape: every rank gets the core's error naming both shapes.
-    for step in range(2):
-        for i, shape in enumerate(shapes):
-            if shape is None:
-                dist.broadcast(torch.zeros(5), src=0)
-                continue
-            if step == 1 and i == 1 and rank == size - 1:
-                shape = (38,)
-            x = torch.ones(shape)
-            if step == 1 and i == 1:
-                error = assert_raises(dist.DistBackendError, dist.all_reduce, x, match=("shape",))
-                checks.true("the error names both shapes", "[37]" in str(error) and "[38]" in str(error), str(error))
-            else:
-                dist.all_reduce(x)
-    y = torch.ones(3)
-    dist.all_reduce(y)
-    checks.true("all_reduce after the error", torch.equal(y, torch.full((3,), float(size))))
+    # One rank's all-gather changes its size (in a group of every rank: a failed call ends a group's periodic names),
+    # then one rank's all-reduce its shape: every rank gets an error naming what differs, and the group goes on.
+    # The new group first runs 3 steps, so that its names are periodic; the world group's are already.
+    for group, steps_before, changed, shape in ((dist.new_group(list(range(size))), 3, 3, (7, 2)),
+                                                (None, 0, 2, (38,))):
+        for step in range(steps_before):
+            for i, (kind, usual) in enumerate(step_calls):
+                one_call(checks, kind, usual, ("change", changed, step, i), f"{kind} {i} before a change", group)
+        for i, (kind, usual) in enumerate(step_calls[:changed]):
+            one_call(checks, kind, usual, ("change", changed, steps_before, i), f"{kind} {i} before a change", group)
+        kind, usual = step_calls[changed]
+        x = torch.ones(shape if rank == size - 1 else usual)
+        if kind == "all_reduce":
+            error = assert_raises(dist.DistBackendError, dist.all_reduce, x, match=("shape",))
+            checks.true("the error names both shapes", "[37]" in str(error) and "[38]" in str(error), str(error))
+        else:
+            out = torch.empty(size * x.shape[0], *x.shape[1:])
+            assert_raises(ValueError, dist.all_gather_into_tensor, out, x, group=group,
+                          match=("different numbers of elements",))
+        for i, (kind, usual) in enumerate(step_calls):
+            one_call(checks, kind, usual, ("after", changed, i), f"after the error: {kind} {i}", group)
+
+
+def test_a_finished_call_holds_no_tensor(checks):
+    """The record of a periodic name's last call (call_names.h), kept until that name comes back, holds none of the
+    call's tensors once the caller has let go of them: nothing of a step is held until the next."""
+    import gc
+    import weakref
+    rank, size = dist.get_rank(), dist.get_world_size()
+    for kind in ("all_reduce", "broadcast"):
+        for step in range(12):  # the same call again and again: a period of 1
+            x = torch.full((1000,), float(rank + step))
+            work = dist.all_reduce(x, async_op=True) if kind == "all_reduce" else dist.broadcast(x, 0, async_op=True)
+            work.wait()
+            want = sum(range(size)) + size * step if kind == "all_reduce" else float(step)
+            checks.true(f"{kind} step {step}", torch.equal(x, torch.full((1000,), float(want))))
+        # Checked before the next kind's calls, which take the same periodic name (and so replace the record).
+        refs = (weakref.ref(x), weakref.ref(work.result()[0]))
+        del x, work
+        gc.collect()
+        checks.true(f"the last {kind}'s tensor is freed", all(ref() is None for ref in refs))
 
 
 def test_all_reduce_coalesced(checks):

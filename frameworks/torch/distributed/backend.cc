@@ -180,6 +180,34 @@ c10::intrusive_ptr<c10d::Backend> HvdliteBackend::Subgroup(const std::vector<int
 
 std::string HvdliteBackend::NextName() { return names_.Next(0, /*repeatable=*/false).text; }
 
+CallNames::Name HvdliteBackend::NameOf(int32_t collective, const at::Tensor &tensor, int64_t detail, double scale,
+                                       const Placement &placement, bool repeatable) {
+  // What every rank's call must agree on (call_names.h), as a hash: equal signatures only need to compare equal
+  // (a collision costs a periodic name's cache entry, not a result).
+  std::string key = std::to_string(collective) + "|" + std::to_string(static_cast<int>(tensor.scalar_type())) + "|" +
+                    std::to_string(detail) + "|" + std::to_string(scale) + "|" + std::to_string(placement.gpu ? 1 : 0);
+  for (int64_t d : tensor.sizes()) key += "," + std::to_string(d);
+  const uint64_t signature = std::hash<std::string>{}(key) | 1;  // never 0, the signature of calls never repeated
+  return names_.Next(signature, repeatable);
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::StartNamed(c10::intrusive_ptr<HvdliteWork> work,
+                                                          const CallNames::Name &name, std::vector<Request> &requests,
+                                                          const std::string &what, std::vector<at::Tensor> keep_alive) {
+  if (name.periodic) {
+    if (auto before = names_.Follow(name.text, work)) {
+      // The name's last call is still in flight: this one goes in once it has finished.
+      work->after = std::move(before);
+      work->keep_alive = std::move(keep_alive);
+      work->next_stage = [this, requests, what](const std::vector<hvdlite_handle> &) mutable {
+        return Enqueue(requests, what);
+      };
+      return Start(work);
+    }
+  }
+  return Start(work, requests, what, std::move(keep_alive));
+}
+
 Placement HvdliteBackend::PlacementOf(const char *collective,
                                       std::initializer_list<std::vector<at::Tensor>> lists) const {
   std::vector<at::Tensor> all;
@@ -271,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
   CallNames::Name name;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    name = names_.Next(ReduceSignature(buffer, core_op, prescale, placement), /*repeatable=*/tensors.size() == 1);
+    name = NameOf(HVDLITE_ALLREDUCE, buffer, core_op, prescale, placement, /*repeatable=*/tensors.size() == 1);
     Request r = MakeRequest(HVDLITE_ALLREDUCE, name.text, buffer, buffer.data_ptr(), placement);
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
@@ -283,28 +311,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Reduce(std::vector<at::Tensor> te
     CopyBack(results, buffers);  // or into the caller's tensor, where these were copies (reduce)
     if (after) after();
   };
-  if (name.periodic) {
-    if (auto before = names_.Follow(name.text, work)) {
-      // The name's last call is still in flight: this one goes in once it has finished.
-      work->after = std::move(before);
-      work->keep_alive = buffers;
-      work->next_stage = [this, requests, what = std::string(collective)](const std::vector<hvdlite_handle> &) mutable {
-        return Enqueue(requests, what);
-      };
-      return Start(work);
-    }
-  }
-  return Start(work, requests, collective, buffers);
-}
-
-uint64_t HvdliteBackend::ReduceSignature(const at::Tensor &buffer, int32_t core_op, double prescale,
-                                         const Placement &placement) {
-  // What every rank's all-reduce must agree on (call_names.h): a hash, as equal signatures only need to compare
-  // equal (a collision costs a periodic name's cache entry, not a result).
-  std::string key = std::to_string(static_cast<int>(buffer.scalar_type())) + "|" + std::to_string(core_op) + "|" +
-                    std::to_string(prescale) + "|" + std::to_string(placement.gpu ? 1 : 0);
-  for (int64_t d : buffer.sizes()) key += "," + std::to_string(d);
-  return std::hash<std::string>{}(key) | 1;  // never 0, the signature of the calls that never repeat
+  return StartNamed(work, name, requests, collective, buffers);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceBitwise(std::vector<at::Tensor> tensors,
@@ -364,9 +371,11 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> gathered;  // GPU: the outputs the core writes (on the device, one row per rank)
   std::vector<Request> requests;
+  CallNames::Name name;
   for (const at::Tensor &t : inputs) {
     at::Tensor flat = Flat(t);
-    Request r = MakeRequest(HVDLITE_ALLGATHER, NextName(), flat, nullptr, placement);
+    name = NameOf(HVDLITE_ALLGATHER, flat, 0, 1.0, placement, /*repeatable=*/inputs.size() == 1);
+    Request r = MakeRequest(HVDLITE_ALLGATHER, name.text, flat, nullptr, placement);
     if (placement.gpu) {
       // Each rank sends one row of its elements: the core then checks that every rank sends as many (the output
       // is sized for that) instead of writing past the output.
@@ -382,13 +391,23 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::Gather(std::vector<at::Tensor> in
   }
   auto work = NewWork(type, collective, outputs, placement);
   std::vector<at::ScalarType> dtypes;
-  for (const at::Tensor &t : inputs) dtypes.push_back(t.scalar_type());
-  work->finish = [place, dtypes, gathered](const std::vector<hvdlite_handle> &handles) {
+  std::vector<int64_t> sent;
+  for (const at::Tensor &t : inputs) {
+    dtypes.push_back(t.scalar_type());
+    sent.push_back(t.numel());
+  }
+  const int size = size_;
+  work->finish = [place, dtypes, sent, size, gathered, collective](const std::vector<hvdlite_handle> &handles) {
     for (size_t i = 0; i < handles.size(); ++i) {
-      place(i, gathered.empty() ? CoreOutput(handles[i], dtypes[i]) : gathered[i]);
+      at::Tensor all = gathered.empty() ? CoreOutput(handles[i], dtypes[i]) : gathered[i];
+      // Every rank checks (not only those with outputs, as gather's root): a call that ranks disagree about fails
+      // on every rank, so that each stops naming calls by their period (call_names.h).
+      TORCH_CHECK_VALUE(all.numel() == size * sent[i], "hvdlite: ", collective, ": the ranks sent different "
+                        "numbers of elements (", all.numel(), " in all, this rank ", sent[i], ")");
+      place(i, all);
     }
   };
-  return Start(work, requests, collective, keep);
+  return StartNamed(work, name, requests, collective, keep);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -649,9 +668,11 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor>
   const Placement placement = PlacementOf("broadcast", {tensors});
   std::vector<at::Tensor> buffers;
   std::vector<Request> requests;
+  CallNames::Name name;
   for (const at::Tensor &t : tensors) {
     at::Tensor buffer = t.contiguous();
-    Request r = MakeRequest(HVDLITE_BROADCAST, NextName(), buffer, buffer.data_ptr(), placement);
+    name = NameOf(HVDLITE_BROADCAST, buffer, opts.rootRank, 1.0, placement, /*repeatable=*/tensors.size() == 1);
+    Request r = MakeRequest(HVDLITE_BROADCAST, name.text, buffer, buffer.data_ptr(), placement);
     r.request.root_rank = static_cast<int32_t>(opts.rootRank);
     requests.push_back(std::move(r));
     buffers.push_back(buffer);
@@ -659,7 +680,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::broadcast(std::vector<at::Tensor>
   auto work = NewWork(c10d::OpType::BROADCAST, "broadcast", tensors, placement);
   std::vector<at::Tensor> targets = tensors;
   work->finish = [targets, buffers](const std::vector<hvdlite_handle> &) { CopyBack(targets, buffers); };
-  return Start(work, requests, "broadcast", buffers);
+  return StartNamed(work, name, requests, "broadcast", buffers);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at::Tensor> outputs,
@@ -674,12 +695,14 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
   std::vector<at::Tensor> keep;
   std::vector<at::Tensor> received;
   std::vector<Request> requests;
+  CallNames::Name name;
   for (size_t i = 0; i < inputs.size(); ++i) {
     TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * size_, "hvdlite: ", collective, " needs an input of ",
                       size_, " x its output's ", outputs[i].numel(), " elements; got ", inputs[i].numel());
     at::Tensor flat = Flat(inputs[i]);
     at::Tensor out = outputs[i].contiguous();
-    Request r = MakeRequest(HVDLITE_REDUCESCATTER, NextName(), flat, out.data_ptr(), placement);
+    name = NameOf(HVDLITE_REDUCESCATTER, flat, core_op, prescale, placement, /*repeatable=*/inputs.size() == 1);
+    Request r = MakeRequest(HVDLITE_REDUCESCATTER, name.text, flat, out.data_ptr(), placement);
     r.request.reduce_op = core_op;
     r.request.prescale_factor = prescale;
     requests.push_back(std::move(r));
@@ -689,7 +712,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceScatterEven(std::vector<at:
   }
   auto work = NewWork(c10d::OpType::REDUCE_SCATTER, collective, outputs, placement);
   work->finish = [outputs, received](const std::vector<hvdlite_handle> &) { CopyBack(outputs, received); };
-  return Start(work, requests, collective, keep);
+  return StartNamed(work, name, requests, collective, keep);
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::reduce_scatter(std::vector<at::Tensor> &outputs,

@@ -110,6 +110,16 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Start(c10::intrusive_ptr<HvdliteWork> work, std::vector<Request> &requests,
                                        const std::string &what, std::vector<at::Tensor> keep_alive);
   std::string NextName();  // "c10d.<group>.<n>": the group's n-th call (call_names.h)
+  // The name of a call of one request to the core, for tensor (as the core gets it): periodic where the call may
+  // repeat (a single request of a collective the core's response cache answers), else its place in the sequence.
+  // detail: the reduce op or the root rank; scale: the prescale factor (what else every rank must agree on).
+  CallNames::Name NameOf(int32_t collective, const at::Tensor &tensor, int64_t detail, double scale,
+                         const Placement &placement, bool repeatable);
+  // Start for a Work whose requests were named name: the call of a periodic name goes in once that name's last
+  // call has finished (call_names.h).
+  c10::intrusive_ptr<c10d::Work> StartNamed(c10::intrusive_ptr<HvdliteWork> work, const CallNames::Name &name,
+                                            std::vector<Request> &requests, const std::string &what,
+                                            std::vector<at::Tensor> keep_alive);
   // The backend of the group ranks given (ascending), named name, or none where this rank is not one of them.
   c10::intrusive_ptr<c10d::Backend> Subgroup(const std::vector<int64_t> &group_ranks, std::string name,
                                              std::chrono::milliseconds timeout, const char *what);
@@ -122,9 +132,6 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                         const c10d::ReduceOp &op, c10d::OpType type, const char *collective,
                                         std::vector<at::Tensor> outputs = {}, std::function<void()> after = {});
-  // What every rank's all-reduce of buffer must agree on, as a signature for its name (call_names.h).
-  static uint64_t ReduceSignature(const at::Tensor &buffer, int32_t core_op, double prescale,
-                                  const Placement &placement);
   c10::intrusive_ptr<c10d::Work> ReduceBitwise(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                                const c10d::ReduceOp &op, c10d::OpType type, const char *collective);
   // All-gathers of each input, flattened; each gathered buffer is handed to place with its index.

@@ -5,17 +5,19 @@
 // a disagreement about the call itself (dtype, shape, op) on every rank, instead of waiting for a name that
 // another rank never sends. A call is named by its place in the group's sequence ("c10d.<group>.<n>"): such a
 // name is never seen twice, so the core negotiates the call in full (a gather to the coordinator and back).
-// Where the calls before an all-reduce repeat with a period (a training loop: DDP's buckets every step), the
-// all-reduce is named by its place in that period instead ("c10d.<group>.p<P>.<n mod P>"): the same name
-// every step, which the core's response cache answers without a negotiation of its own. The period is found
-// from what every rank's calls must agree on (their signatures), so it is found alike on every rank.
+// Where the calls before a call of one request repeat with a period (a training loop: DDP's buffers and buckets,
+// FSDP's all-gathers and reduce-scatters every step), a single all-reduce, broadcast, all-gather or reduce-scatter
+// is named by its place in that period instead ("c10d.<group>.p<P>.<n mod P>"): the same name every step, which
+// the core's response cache answers without a negotiation of its own. The period is found from what every rank's
+// calls must agree on (their signatures), so it is found alike on every rank. A call that ranks disagree about
+// fails on every rank (the core's check, or the backend's where the core allows it: an all-gather's sizes).
 //
 // Once a call of the group has failed (ranks that disagreed about it recorded different signatures, so their
 // periods could differ from there on), every call is named by its place again.
 //
-// A periodic name comes back every P calls, possibly while its last call is still in flight (more all-reduces
-// in flight than the period holds); the core takes one request per name at a time, so the later call waits for
-// the earlier (Follow): a call that every rank has made finishes whatever comes after it.
+// A periodic name comes back every P calls, possibly while its last call is still in flight (more calls of one
+// signature in flight than the period holds); the core takes one request per name at a time, so the later call waits
+// for the earlier (Follow): a call that every rank has made finishes whatever comes after it.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
@@ -45,7 +47,7 @@ class CallNames {
     bool periodic = false;  // it comes back: Follow before the call is enqueued
   };
   // The next call's name. signature: what every rank's call must agree on; repeatable: whether the call may
-  // take a periodic name (a single all-reduce), else it is named by its place in the sequence.
+  // take a periodic name (one request the core's cache answers), else it is named by its place in the sequence.
   Name Next(uint64_t signature, bool repeatable);
   uint64_t calls() {  // the group's calls so far
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,10 +1,12 @@
 """The C++ part of the torch.distributed backend, compiled against the PyTorch that is installed.
 
-A c10d backend must be a C++ subclass of ``c10d::Backend`` (DDP asks for one), and a C++ extension only loads into
-the PyTorch it was compiled against. So it is compiled where it is used: the first time a process group is made,
-with PyTorch's own extension builder (its headers, a C++ compiler and ninja), into a folder per PyTorch version,
-and loaded from there afterwards (ranks that start together wait for one build). See docs/decisions for why.
+A c10d backend must be a C++ subclass of ``c10d::Backend`` (DDP asks for one), and a C++ extension only loads into the
+PyTorch it was compiled against. So it is compiled where it is used: the first time a process group is made, with
+PyTorch's own extension builder (its headers, a C++ compiler and ninja), into a folder per PyTorch version and
+installation, and loaded from there afterwards (ranks that start together wait for one build). See docs/decisions for
+why.
 """
+import hashlib
 import os
 import re
 
@@ -20,10 +22,12 @@ _module = None
 
 def cache_dir():
     """Where the compiled backend is kept: $HVDLITE_TORCH_EXTENSION_DIR, else ~/.cache/hvdlite, one folder per
-    PyTorch version (a PyTorch upgrade compiles it again)."""
+    PyTorch version (a PyTorch upgrade compiles it again) and per installation of hvdlite (its sources' folder: two
+    environments or checkouts that shared one folder recompiled it each time the other had used it)."""
     root = config.SETTINGS_BY_NAME["torch_extension_dir"].read(os.environ) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hvdlite")
-    return os.path.join(root, "torch-" + re.sub(r"[^0-9A-Za-z.]+", "_", torch.__version__))
+    installation = hashlib.sha1(os.path.dirname(os.path.abspath(__file__)).encode()).hexdigest()[:8]
+    return os.path.join(root, "torch-" + re.sub(r"[^0-9A-Za-z.]+", "_", torch.__version__) + "-" + installation)
 
 
 def load():

@@ -46,6 +46,16 @@ HvdliteWork::~HvdliteWork() {
   if (!handles.empty() && !handles_borrowed) hvdlite_release_all(handles.data(), static_cast<int32_t>(handles.size()));
 }
 
+void HvdliteWork::release_resources() {
+  outputs_.clear();
+  keep_alive.clear();
+  finish = nullptr;
+  next_stage = nullptr;
+  on_error = nullptr;
+  after.reset();
+  future_.reset();
+}
+
 bool HvdliteWork::Drive(double timeout_seconds) {
   std::lock_guard<std::mutex> driving(drive_mutex_);
   return DriveLocked(timeout_seconds);

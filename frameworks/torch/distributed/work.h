@@ -52,6 +52,10 @@ class HvdliteWork : public c10d::Work {
   std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
   bool unobserved = false;  // nobody holds it (a buffered send's delivery): an error is printed, not dropped
 
+  // The last reference but weak ones is gone: the record of a periodic name's last call (call_names.h) keeps the
+  // object until that name comes back, so the tensors, the future and the closures go now.
+  void release_resources() override;
+
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
