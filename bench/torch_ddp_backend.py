@@ -16,10 +16,11 @@ mpiexec; gloo goes through the same links (GLOO_SOCKET_IFNAME).
 Every process holds a default process group on hvdlite and a gloo group beside it (new_group(backend="gloo")), and
 copies of one model under DDP on each, plus one under hvdlite's DistributedOptimizer; they take turns every timed
 iteration (the order rotating), so all meet the same machine load, and each ratio is the median of per-iteration
-ratios. Before them rank 0 trains a plain copy alone (the others wait) for the one-rank rate; a trainer's scaling
-efficiency is its samples/s over (ranks x that rate). On simulated hosts every rank shares this machine's cores,
-which bounds the efficiency (4 ranks on 2 cores: at most 0.5). The all-reduces alternate hvdlite and gloo call by
-call on the same tensor size; each size's time is the median over its calls.
+ratios (DDP on hvdlite over DDP on gloo also with the 95% confidence interval of their mean). Before them rank 0
+trains a plain copy alone (the others wait) for the one-rank rate; a trainer's scaling efficiency is its samples/s
+over (ranks x that rate). On simulated hosts every rank shares this machine's cores, which bounds the efficiency (4
+ranks on 2 cores: at most 0.5). The all-reduces alternate hvdlite and gloo call by call on the same tensor size; each
+size's time is the median over its calls.
 """
 import argparse
 import json
@@ -37,6 +38,7 @@ LABELS = {"ddp_gloo": "DDP on gloo", "ddp_hvdlite": "DDP on hvdlite", "hvdlite_o
           "hvdlite DistributedOptimizer"}
 MODELS = ("resnet", "mlp", "transformer")  # the default; also "resnet18"
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+SMALL_CALLS = 60  # per size and backend below 1 MiB
 
 
 def parse_args(argv=None):
@@ -49,7 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--num-iters", type=int, default=12)
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
                         help="both DDPs' gradient bucket size (DDP's default: 25)")
-    parser.add_argument("--allreduce-calls", type=int, default=20, help="per size and backend (fewer from 16 MiB)")
+    parser.add_argument("--allreduce-calls", type=int, default=20,
+                        help=f"per size and backend (at least {SMALL_CALLS} below 1 MiB, fewer from 16 MiB)")
     parser.add_argument("--skip-allreduce", action="store_true")
     parser.add_argument("--hosts", type=int, default=0, help="simulated hosts, one rank each (needs root)")
     parser.add_argument("--rate-mbit", type=int, default=1000, help="with --hosts: each host link's rate")
@@ -188,7 +191,14 @@ def time_allreduces(args, gloo, log):
     rows = []
     for nbytes in SIZES:
         x = torch.ones(nbytes // 4)
-        calls = args.allreduce_calls if nbytes < (16 << 20) else max(4, args.allreduce_calls // 4)
+        if nbytes < (1 << 20):
+            # A call takes about a millisecond, and one rank's late exit from the barrier before it moves the time as
+            # much: many calls, whatever --allreduce-calls says.
+            calls = max(args.allreduce_calls, SMALL_CALLS)
+        elif nbytes < (16 << 20):
+            calls = args.allreduce_calls
+        else:
+            calls = max(4, args.allreduce_calls // 4)
         runs = {"hvdlite": lambda: dist.all_reduce(x), "gloo": lambda: dist.all_reduce(x, group=gloo),
                 "direct": lambda: hvd.allreduce_(x, op=hvd.Sum, name=f"bench.{nbytes}")}
         times = {name: [] for name in runs}
@@ -245,15 +255,18 @@ def run_worker(args):
 
 def summarize(results):
     lines = ["| model (parameters) | DDP on gloo | DDP on hvdlite | hvdlite DistributedOptimizer | "
-             "DDP on hvdlite / on gloo | DDP on hvdlite / DistributedOptimizer | DistributedOptimizer / DDP on gloo | "
+             "DDP on hvdlite / on gloo (95% interval of the mean) | DDP on hvdlite / DistributedOptimizer | "
+             "DistributedOptimizer / DDP on gloo | "
              "scaling efficiency (gloo, hvdlite, optimizer) |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for kind, r in results["training"].items():
         rates = r["samples_per_s_per_iter"]
         efficiency = ", ".join(f"{e:.2f}" for e in r["scaling_efficiency"].values()) if "scaling_efficiency" in r \
             else "-"
+        interval = " ({:.3f}-{:.3f})".format(*r["hvdlite_over_gloo_interval"]) if "hvdlite_over_gloo_interval" in r \
+            else ""
         lines.append(f"| {kind} ({r['parameters']:,}) | " +
                      " | ".join(f"{statistics.median(rates[n]):.1f}" for n in TRAINERS) +
-                     f" | {r['hvdlite_over_gloo']:.3f} | {r['hvdlite_over_optimizer']:.3f} | "
+                     f" | {r['hvdlite_over_gloo']:.3f}{interval} | {r['hvdlite_over_optimizer']:.3f} | "
                      f"{r['optimizer_over_gloo']:.3f} | {efficiency} |")
     measured = [(kind, r["cores_per_iter"]) for kind, r in results["training"].items() if "cores_per_iter" in r]
     if measured:
@@ -293,10 +306,26 @@ def summarize(results):
     return "\n".join(lines)
 
 
+# Student's t at 0.975 by degrees of freedom (1-30; beyond, the normal's 1.96): the 95% interval of a mean of few
+# per-iteration ratios, so that "no slower" can be told from this machine's run-to-run noise.
+T_975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10,
+         2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]
+
+
+def mean_interval(values):
+    """The 95% confidence interval of the mean of values (at least 2)."""
+    mean, n = statistics.mean(values), len(values)
+    half = (T_975[n - 2] if n - 1 <= len(T_975) else 1.96) * statistics.stdev(values) / n ** 0.5
+    return [mean - half, mean + half]
+
+
 def add_ratios(results):
     for r in results["training"].values():
         rates = r["samples_per_s_per_iter"]
-        r["hvdlite_over_gloo"] = statistics.median(h / g for h, g in zip(rates["ddp_hvdlite"], rates["ddp_gloo"]))
+        ratios = [h / g for h, g in zip(rates["ddp_hvdlite"], rates["ddp_gloo"])]
+        r["hvdlite_over_gloo"] = statistics.median(ratios)
+        if len(ratios) >= 2:
+            r["hvdlite_over_gloo_interval"] = mean_interval(ratios)
         r["hvdlite_over_optimizer"] = statistics.median(
             h / o for h, o in zip(rates["ddp_hvdlite"], rates["hvdlite_optimizer"]))
         r["optimizer_over_gloo"] = statistics.median(
@@ -350,10 +379,7 @@ def plot(path, results):
 def run_on_simulated_hosts(args, worker, env):
     sys.path.insert(0, TESTS)
     from harness import simulated_hosts
-    problem = simulated_hosts.available()
-    if problem:
-        raise SystemExit(f"--hosts: {problem}")
-    with simulated_hosts.SimulatedHosts(args.hosts, rate_mbit=args.rate_mbit or None) as hosts:
+    with simulated_hosts.hosts_for_bench(args.hosts, "--hosts", rate_mbit=args.rate_mbit or None) as hosts:
         variables = [("MASTER_ADDR", hosts.address("h1")), ("GLOO_SOCKET_IFNAME", "eth0"),
                      ("OMP_NUM_THREADS", "1"), *simulated_hosts.NETWORK_LAYERS[args.network].items()]
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
