@@ -143,6 +143,13 @@ SETTINGS = (
     Setting("stall_shutdown_seconds", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
             0.0, "float", _parse_non_negative_float,
             "Seconds before stalled tensors fail with an error; 0 never", flag="--stall-shutdown-time-seconds"),
+    Setting("deadlock_seconds", "HVDLITE_DEADLOCK_TIMEOUT_SECONDS", None, 300.0, "float",
+            _parse_non_negative_float,
+            "Seconds that every rank may wait, each for collectives another rank never submitted (the ranks run "
+            "different collectives: a deadlock), before hvdlite shuts down on every rank and each waiting call "
+            "fails with the stall report; a rank that is computing (no call waiting) never counts; needs the stall "
+            "inspector; 0 never",
+            flag="--deadlock-timeout-seconds"),
     Setting("stall_check_disable", "HVDLITE_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", False, "bool",
             _parse_bool, "Turn the stall inspector off", flag="--no-stall-check"),
     Setting("progress_timeout_seconds", "HVDLITE_PROGRESS_TIMEOUT_SECONDS", None, 120.0, "float",
@@ -242,6 +249,7 @@ def to_native(ffi, settings=None):
     config.cache_capacity = settings["cache_capacity"]
     config.stall_check_seconds = 0.0 if settings["stall_check_disable"] else settings["stall_check_seconds"]
     config.stall_shutdown_seconds = settings["stall_shutdown_seconds"]
+    config.deadlock_seconds = settings["deadlock_seconds"]
     config.progress_timeout_seconds = settings["progress_timeout_seconds"]
     config.allreduce_algorithm = ALLREDUCE_ALGORITHMS.index(settings["allreduce_algorithm"])
     config.ring_segment_bytes = settings["ring_segment_bytes"]

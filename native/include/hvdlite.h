@@ -110,6 +110,8 @@ typedef struct {
   int32_t cross_host_transport;     /* enum hvdlite_cross_host_transport */
   const char *network_interfaces;   /* interfaces the TCP ring across hosts may use, comma-separated; NULL or "" any */
   int32_t carried_rounds;           /* enum hvdlite_carried_rounds */
+  double deadlock_seconds;          /* every rank waiting this long for collectives the others never submitted:
+                                       shut down on every rank, failing them with the stall report; 0 never */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

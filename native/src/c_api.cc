@@ -64,6 +64,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.cache_capacity = std::max(0, c->cache_capacity);
   s.negotiation.stall_check_seconds = c->stall_check_seconds;
   s.negotiation.stall_shutdown_seconds = c->stall_shutdown_seconds;
+  s.negotiation.deadlock_seconds = c->deadlock_seconds;
   s.progress_timeout_seconds = c->progress_timeout_seconds;
   s.negotiation.eager_max_bytes = c->eager_max_bytes;
   s.overlap = c->overlap;

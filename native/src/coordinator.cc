@@ -110,6 +110,41 @@ std::vector<int32_t> Coordinator::MissingRanks(const Entry &entry) const {
   return missing;
 }
 
+std::string Coordinator::DescribeWaiting(Clock::time_point now) const {
+  std::ostringstream out;
+  auto ranks = [&](const std::vector<int32_t> &list) {
+    out << "[";
+    for (size_t i = 0; i < list.size(); ++i) out << (i ? ", " : "") << list[i];
+    out << "]";
+  };
+  for (const std::string &name : arrival_order_) {
+    const Entry &entry = table_.at(name);
+    std::vector<int32_t> submitted;
+    for (int32_t r = 0; r < size_; ++r) {
+      if (entry.per_rank[r]) submitted.push_back(r);
+    }
+    out << "\n  " << CollectiveName(FirstRequest(entry)->collective) << " '" << name << "' (waited "
+        << static_cast<int64_t>(std::chrono::duration<double>(now - entry.first_seen).count())
+        << " s): submitted by ranks ";
+    ranks(submitted);
+    out << ", not by ranks ";
+    ranks(MissingRanks(entry));
+  }
+  return out.str();
+}
+
+void Coordinator::FailAll(const std::string &why, std::vector<Response> *failed) {
+  for (const std::string &name : arrival_order_) {
+    Response response;
+    response.spec = *FirstRequest(table_.at(name));
+    response.error = why;
+    response.shuts_down = true;
+    failed->push_back(std::move(response));
+  }
+  table_.clear();
+  arrival_order_.clear();
+}
+
 std::vector<StallReport> Coordinator::FindStalls(Clock::time_point now, double warn_after, double fail_after,
                                                   std::vector<Response> *failed) {
   std::vector<StallReport> reports;

@@ -29,6 +29,11 @@ class Coordinator {
   std::vector<StallReport> FindStalls(Clock::time_point now, double warn_after, double fail_after,
                                       std::vector<Response> *failed);
   bool empty() const { return table_.empty(); }
+  // Every name waiting, a line each: its collective, how long it has waited, which ranks submitted it and which not.
+  std::string DescribeWaiting(Clock::time_point now) const;
+  // Error responses for every name waiting, each failing with why and shutting hvdlite down on every rank; the
+  // table is left empty.
+  void FailAll(const std::string &why, std::vector<Response> *failed);
 
  private:
   struct Entry {

@@ -41,6 +41,7 @@ bool Core::Init(const Settings &settings, const MPI_Comm *parent, std::string *e
   registry_.Clear();
   set_up_done_ = false;
   shutdown_requested_ = false;
+  shut_down_because_.clear();
   set_up_error_.clear();
   thread_ = std::thread(&Core::ThreadMain, this, settings, parent ? *parent : MPI_COMM_WORLD);
   ready_cv_.wait(lock, [&] { return set_up_done_; });
@@ -62,6 +63,17 @@ void Core::Shutdown() {
   }
   work_cv_.notify_all();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+std::string Core::NotRunningError() const {
+  if (!shut_down_because_.empty()) return shut_down_because_;
+  return "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
+}
+
+void Core::ShutDownAfter(const std::string &error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  shutdown_requested_ = true;
+  if (shut_down_because_.empty()) shut_down_because_ = error;
 }
 
 bool Core::running() {
@@ -125,7 +137,7 @@ std::string Core::CheckRequest(const Request &request, int32_t set_id, const std
 int64_t Core::Prepare(const Entry &request, std::string *error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!running_ || shutdown_requested_) {
-    *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
+    *error = NotRunningError();
     return -3;
   }
   *error = CheckRequest(request.request, request.process_set_id, request.splits);
@@ -154,7 +166,7 @@ Clock::time_point Core::SubmissionTime() const {
 
 int Core::EnqueueLocked(const Submission *submissions, size_t count, int64_t *handles, std::string *error) {
   if (!running_ || shutdown_requested_) {
-    *error = "hvdlite is not initialized or has been shut down; call hvdlite.init() first";
+    *error = NotRunningError();
     return -3;
   }
   // Everything is checked and every entry claimed (in flight, so that a name twice in the group is found)
@@ -631,17 +643,19 @@ bool Core::NothingPending() const {
 
 void Core::TearDown() {
   std::vector<Entry *> queued;
+  std::string because = kShutDownMessage;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;  // nothing is enqueued from now on; the entries stay in the registry until the end
     queued.swap(queue_);
+    if (!shut_down_because_.empty()) because = shut_down_because_;
   }
   ProgressWatchdog::Get().Stop();
-  for (Entry *e : queued) handles_.Fail(e->handle, kShutDownMessage);
+  for (Entry *e : queued) handles_.Fail(e->handle, because);
   quiet_.Stop();
   for (auto &[id, set] : sets_.sets()) {
     for (Entry *e : set->arrival_order) {
-      if (e) handles_.Fail(e->handle, kShutDownMessage);
+      if (e) handles_.Fail(e->handle, because);
     }
     set->eager.FreeMpiObjects();
     if (id != 0 && set->member()) MPI_Comm_free(&set->comm);
@@ -769,6 +783,7 @@ void Core::Execute(ProcessSet &set, const RoundResult &round) {
   std::vector<const Response *> changes;
   auto sort_out = [&](const Response &response, Entry *local) {
     if (!response.ok()) {
+      if (response.shuts_down) ShutDownAfter(response.error);
       if (local) Finish(set, *local, response.error);
     } else if (response.spec.collective == Collective::kJoin) {
       set.joined = false;

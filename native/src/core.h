@@ -142,6 +142,11 @@ class Core {
   const RoundResult &TakeCarried(ProcessSet &set);
   bool AnyCarried() const;
   void ApplyProcessSetChange(const Response &response);
+  // A response that shuts hvdlite down on every rank (a deadlock, negotiation.cc) arrived: the next round agrees to
+  // shut down, and what fails then, or is submitted later, fails with its error.
+  void ShutDownAfter(const std::string &error);
+  // Why a request cannot be taken now that the core is not running (mutex_ held).
+  std::string NotRunningError() const;
   void PublishProcessSets();
   bool NothingPending() const;
   bool AnyInFlight() const;  // mutex_ held
@@ -160,6 +165,7 @@ class Core {
   std::atomic<bool> initialized_{false};
   bool set_up_done_ = false;
   bool shutdown_requested_ = false;
+  std::string shut_down_because_;  // the error that shut hvdlite down on every rank ("": a shutdown() or exit)
   // Threads blocked in Wait: what is in flight must not wait for the cycle boundary. Raised under mutex_
   // (before the wake-up), lowered without it.
   std::atomic<int> callers_waiting_{0};

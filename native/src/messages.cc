@@ -136,6 +136,7 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response> &responses) {
     w.PutVector(r.first_dims);
     w.PutString(r.error);
     w.Put<int64_t>(r.result);
+    w.Put<uint8_t>(r.shuts_down ? 1 : 0);
   }
   return w.Take();
 }
@@ -148,6 +149,7 @@ std::vector<Response> DecodeResponses(const uint8_t *data, size_t size) {
     r.first_dims = rd.GetVector<int64_t>();
     r.error = rd.GetString();
     r.result = rd.Get<int64_t>();
+    r.shuts_down = rd.Get<uint8_t>() != 0;
   }
   return out;
 }

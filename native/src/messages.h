@@ -37,6 +37,7 @@ struct Response {
   Request spec;                   // the agreed request (the first rank's, once all agree)
   std::vector<int64_t> first_dims;  // allgather: first dimension of every rank's tensor
   int64_t result = 0;             // join: last rank to join; add_process_set: the new id
+  bool shuts_down = false;        // an error after which hvdlite shuts down on every rank (a deadlock, stall_inspector)
 
   bool ok() const { return error.empty(); }
   int64_t Elements() const { return elements >= 0 ? elements : spec.NumElements(); }

@@ -28,19 +28,43 @@ double SecondsSince(Clock::time_point then, Clock::time_point now) {
   return std::chrono::duration<double>(now - then).count();
 }
 
+// The ranks of the set deadlocked: every one has waited deadlock_seconds for what the others never submitted. Every
+// name waiting fails with the report on every rank, and hvdlite shuts down (each rank's core, on that response).
+bool EndDeadlock(ProcessSet &set, const NegotiationSettings &settings, Clock::time_point now) {
+  if (settings.deadlock_seconds <= 0 || set.all_waiting_since == Clock::time_point{} || set.coordinator->empty()) {
+    return false;
+  }
+  const double waited = SecondsSince(set.all_waiting_since, now);
+  if (waited < settings.deadlock_seconds) return false;
+  std::ostringstream out;
+  out << "hvdlite shut down: every rank of process set " << set.id << " has waited " << static_cast<int64_t>(waited)
+      << " s for a collective that another rank never submitted: the ranks run different collectives (a branch "
+         "taken on some ranks only, a different order of blocking calls, or different names). Waiting:"
+      << set.coordinator->DescribeWaiting(now)
+      << "\n(HVDLITE_DEADLOCK_TIMEOUT_SECONDS sets how long every rank may wait so; 0 never)";
+  Log(LogLevel::kError, out.str());
+  set.coordinator->FailAll(out.str(), &set.due_failures);
+  return true;
+}
+
 void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::time_point now) {
   if (!set.coordinator || settings.stall_check_seconds <= 0 || SecondsSince(set.last_stall_check, now) < 1.0) return;
   set.last_stall_check = now;
-  for (const StallReport &report :
-       set.coordinator->FindStalls(now, settings.stall_check_seconds, settings.stall_shutdown_seconds, &set.due_failures)) {
-    std::ostringstream out;
+  if (EndDeadlock(set, settings, now)) return;
+  const std::vector<StallReport> reports =
+      set.coordinator->FindStalls(now, settings.stall_check_seconds, settings.stall_shutdown_seconds, &set.due_failures);
+  if (reports.empty()) return;
+  std::ostringstream out;
+  for (const StallReport &report : reports) {
     out << "Stall: tensor '" << report.name << "' has waited " << static_cast<int64_t>(report.waited_seconds)
         << " s in process set " << set.id << "; missing ranks: [";
     for (size_t i = 0; i < report.missing_ranks.size(); ++i) out << (i ? ", " : "") << report.missing_ranks[i];
-    out << "]. Those ranks have not submitted it: they may be running a different code path or have fewer "
-           "steps. HVDLITE_STALL_SHUTDOWN_TIME_SECONDS > 0 turns this into an error.";
-    Log(LogLevel::kWarning, out.str());
+    out << "]. ";
   }
+  out << "Those ranks have not submitted it: they may be running a different code path or have fewer steps. "
+         "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS > 0 turns this into an error. Waiting in the set:"
+      << set.coordinator->DescribeWaiting(now);
+  Log(LogLevel::kWarning, out.str());
 }
 
 // Gathers every rank's unannounced requests to the coordinator and broadcasts what completed.
@@ -220,6 +244,13 @@ const RoundResult &NegotiationRound::Decode() {
   EvictInvalidated();
   CollectReady(/*everyone_joined=*/flags & kJoined, &result);
   if (!(flags & kNoSlowPathWork)) result.slow_path = SlowPath(set_, now_);
+  // Every rank waits and nothing ran: perhaps each waits for what another never submits (InspectStalls).
+  const bool stuck = (flags & kAllWaiting) && result.cached.empty() && result.slow_path.empty() && result.eager.empty();
+  if (!stuck) {
+    set_.all_waiting_since = Clock::time_point{};
+  } else if (set_.all_waiting_since == Clock::time_point{}) {
+    set_.all_waiting_since = now_;
+  }
   return result;
 }
 

@@ -18,6 +18,8 @@ namespace hvdlite {
 struct NegotiationSettings {
   double stall_check_seconds = 60;
   double stall_shutdown_seconds = 0;
+  // Every rank of a set waiting for this long, with nothing of the set's completing: hvdlite shuts down (0: never).
+  double deadlock_seconds = 300;
   int64_t eager_max_bytes = 64 << 10;  // payload of predicted small all-reduces per round; 0: none
 };
 

@@ -91,6 +91,8 @@ struct ProcessSet {
   std::unique_ptr<Coordinator> coordinator;        // rank 0 of the set only
   std::vector<Response> due_failures;              // coordinator: stalled names to fail next round
   Clock::time_point last_stall_check;
+  // Since when every rank has had a caller waiting and the set's rounds have run nothing (the epoch: not so).
+  Clock::time_point all_waiting_since{};
   std::vector<uint64_t> round_bits;                // the fast path's bit vector (+ eager payload), reused
   std::vector<int32_t> round_ready_bits;           // cache bits ready everywhere in the last round
   // During a round: this rank's entry for each cache bit it set (else null), so that the responses agreed
