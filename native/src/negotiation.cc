@@ -1,5 +1,6 @@
 #include "negotiation.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "carried_round.h"
@@ -197,7 +198,9 @@ bool NegotiationRound::AnnounceByCache(Entry &e, double age) {
     e.cache_bit = bit;
     e.cache_stamp = bit >= 0 ? set_.cache.Stamp(bit) : 0;
   }
-  const double cached_stall_seconds = settings_.stall_check_seconds / 2;
+  // Half the stall check, or half the deadlock bound if shorter: a deadlock's report names every request waiting.
+  double cached_stall_seconds = settings_.stall_check_seconds / 2;
+  if (settings_.deadlock_seconds > 0) cached_stall_seconds = std::min(cached_stall_seconds, settings_.deadlock_seconds / 2);
   if (bit >= 0 && cached_stall_seconds > 0 && age > cached_stall_seconds) {
     ClearBit(valid_, bit);
     bit = -1;
