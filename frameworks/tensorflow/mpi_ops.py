@@ -2,7 +2,8 @@
 
 Each works on eager tensors and inside ``tf.function``, and is differentiable where that means something:
 the gradient of an allreduce is an allreduce, of an allgather a sum-reduce sliced to this rank's rows,
-of a broadcast a reduction to the root, of an alltoall the reverse alltoall, of a reducescatter an allgather.
+of a broadcast an average over the ranks kept on the root, of an alltoall the reverse alltoall, of a
+reducescatter an allgather.
 The work itself is done by numpy_collectives.py through tensor_bridge.py.
 """
 import numpy as np
@@ -215,12 +216,13 @@ def _broadcast_group(tensors, names, root_rank, process_set):
         return bridge.run(body, xs, [x.dtype for x in xs], [x.shape for x in xs], names[0])
 
     def backward(xs, ys, dys):
-        summed = _allreduce_group(dys, [n + ".grad" for n in names], Sum, 1.0, 1.0, process_set)
+        # Horovod's gradient (and hvdlite.torch's): the upstream gradients averaged over the set, on the root only.
+        averaged = _allreduce_group(dys, [n + ".grad" for n in names], Average, 1.0, 1.0, process_set)
         if basics.rank() == root_rank:  # roots are global ranks, as in Horovod
-            return summed
+            return averaged
         # s * 0, not tf.zeros_like(s): in a graph, zeros_like of a known shape drops its input, and the ranks'
         # graphs would then run different collectives.
-        return [s * tf.zeros([], s.dtype) for s in summed]
+        return [s * tf.zeros([], s.dtype) for s in averaged]
     return _differentiable([bridge.as_tensor(t) for t in tensors], forward, backward)
 
 

@@ -49,8 +49,8 @@ def test_tf1_graph_collectives_gradients_and_variables(checks):
         grouped = hvd.grouped_allreduce([tf.constant(values(RANK, (5,), tf.float32, 50)),
                                          tf.constant(values(RANK, (2, 2), tf.float64, 51))], op=hvd.Average)
         scattered = hvd.reducescatter(tf.constant(values(RANK, (SIZE * 2, 3), tf.float32, 52)), op=hvd.Sum)
-        # Gradients by tf.gradients, Horovod's conventions: allreduce's and broadcast's sum over ranks, allgather's
-        # averages.
+        # Gradients by tf.gradients, Horovod's conventions: allreduce's sums over ranks, allgather's and broadcast's
+        # average (broadcast's kept on the root).
         w = tf.constant(values(RANK, (3, 4), tf.float64, 60))
         g_in = tf.constant(values(RANK, (3, 4), tf.float64, 61))
         grad_allreduce = tf.gradients(tf.reduce_sum(hvd.allreduce(g_in, op=hvd.Average) * w), g_in)[0]
@@ -81,7 +81,7 @@ def test_tf1_graph_collectives_gradients_and_variables(checks):
     all_w = [values(r, (3, 4), tf.float64, 60) for r in range(SIZE)]
     checks.close("graph grad allreduce", grads[0], np.sum(all_w, axis=0) / SIZE, 1e-12)
     checks.close("graph grad allgather", grads[1], np.full((3, 4), sum(1 + r for r in range(SIZE)) / SIZE), 1e-12)
-    checks.close("graph grad broadcast", grads[2], np.full((3, 4), SIZE if RANK == 0 else 0), 1e-12)
+    checks.close("graph grad broadcast", grads[2], np.full((3, 4), 1 if RANK == 0 else 0), 1e-12)
     checks.close("broadcast_global_variables", got_variable, values(SIZE - 1, (4,), tf.float32, 70))
     checks.close("graph broadcast_", got_in_place, values(0, (2,), tf.int32, 71))
 
