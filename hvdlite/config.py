@@ -225,8 +225,12 @@ SETTINGS = (
             default_text="(searched)"),
     Setting("torch_extension_dir", "HVDLITE_TORCH_EXTENSION_DIR", None, "", "path", _parse_text,
             "Where the torch.distributed backend is compiled and kept, a folder per PyTorch version and "
-            "installation inside",
+            "installation inside (`python -m hvdlite.torch.build` fills it ahead of use)",
             default_text="~/.cache/hvdlite"),
+    Setting("torch_build_timeout_seconds", "HVDLITE_TORCH_BUILD_TIMEOUT_SECONDS", None, 900.0, "float",
+            _parse_non_negative_float,
+            "How long a process waits for another process's build of the torch.distributed backend before it "
+            "fails saying so; 0 waits as long as the build takes"),
 )
 
 SETTINGS_BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -1,22 +1,30 @@
-"""The C++ part of the torch.distributed backend, compiled against the PyTorch that is installed.
+"""The C++ part of the torch.distributed backend, compiled against the PyTorch that is installed, and loaded.
 
 A c10d backend must be a C++ subclass of ``c10d::Backend`` (DDP asks for one), and a C++ extension only loads into the
-PyTorch it was compiled against. So it is compiled where it is used: the first time a process group is made, with
-PyTorch's own extension builder (its headers, a C++ compiler and ninja), into a folder per PyTorch version and
-installation, and loaded from there afterwards (ranks that start together wait for one build). See docs/decisions for
-why.
+PyTorch it was compiled against. It is built once per PyTorch version and installation of hvdlite, ahead of use
+(``python -m hvdlite.torch.build``, which ``make`` and the images run) or, failing that, the first time a process group
+is made (builder.py), into a folder that every later run loads it from: no compiler and no ninja are needed to load
+it. What it was built from is kept beside it (its fingerprint), so a change of PyTorch or of the sources builds it
+again, and nothing else does, whatever the environment of the program that loads it. See docs/decisions for why.
 """
 import hashlib
+import importlib.util
+import json
 import os
 import re
+import sys
+import sysconfig
 
 import torch
-from torch.utils import cpp_extension
 
 from hvdlite import build_info, config
 
 CACHE_VARIABLE = config.SETTINGS_BY_NAME["torch_extension_dir"].env
+MODULE_NAME = "hvdlite_c10d"
+SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))
 SOURCES = ["placement.cc", "work.cc", "call_names.cc", "backend.cc", "bindings.cc"]
+LIBRARY = MODULE_NAME + ".so"
+STAMP = "built.json"  # the fingerprint of what the library beside it was built from
 _module = None
 
 
@@ -26,35 +34,63 @@ def cache_dir():
     environments or checkouts that shared one folder recompiled it each time the other had used it)."""
     root = config.SETTINGS_BY_NAME["torch_extension_dir"].read(os.environ) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hvdlite")
-    installation = hashlib.sha1(os.path.dirname(os.path.abspath(__file__)).encode()).hexdigest()[:8]
+    installation = hashlib.sha1(SOURCE_DIR.encode()).hexdigest()[:8]
     return os.path.join(root, "torch-" + re.sub(r"[^0-9A-Za-z.]+", "_", torch.__version__) + "-" + installation)
 
 
+def native_core():
+    """The core library and header that the backend is compiled against and links (this installation's)."""
+    core = build_info.native_file("libhvdlite_core.so")
+    header = build_info.native_file("hvdlite.h")
+    if core is None or header is None:
+        raise ImportError("hvdlite's native core is not built: install hvdlite with `pip install .`")
+    return core, header
+
+
+def fingerprint():
+    """What a built backend must match to be loaded: PyTorch's version and C++ ABI, Python's extension ABI, the core it
+    links, and the sources' contents (an editable install's change builds it again)."""
+    core, header = native_core()
+    digest = hashlib.sha256()
+    for part in (torch.__version__, str(torch.compiled_with_cxx11_abi()), sysconfig.get_config_var("EXT_SUFFIX"),
+                 os.path.realpath(core)):
+        digest.update(part.encode() + b"\0")
+    sources = sorted(name for name in os.listdir(SOURCE_DIR) if name.endswith((".cc", ".h")))
+    for path in [os.path.join(SOURCE_DIR, name) for name in sources] + [header]:
+        with open(path, "rb") as stream:
+            digest.update(os.path.basename(path).encode() + b"\0" + stream.read())
+    return digest.hexdigest()
+
+
+def built_library(folder, expected):
+    """The library in folder where it was built from what ``expected`` fingerprints, else None."""
+    try:
+        with open(os.path.join(folder, STAMP)) as stream:
+            stamp = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    library = os.path.join(folder, LIBRARY)
+    return library if stamp.get("fingerprint") == expected and os.path.exists(library) else None
+
+
+def import_library(path):
+    """Imports the built backend module from its file (a pybind11 module of torch's extension builder)."""
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[MODULE_NAME] = module
+    return module
+
+
 def load():
-    """The compiled module (compiling it first where needed)."""
+    """The compiled module: loaded from the cache folder where it was built for this PyTorch and these sources, else
+    compiled there first (builder.py: once, whichever process of the machine gets there first)."""
     global _module
     if _module is None:
-        here = os.path.dirname(os.path.abspath(__file__))
-        core = build_info.native_file("libhvdlite_core.so")
-        header = build_info.native_file("hvdlite.h")
-        if core is None or header is None:
-            raise ImportError("hvdlite's native core is not built: install hvdlite with `pip install .`")
-        folder = cache_dir()
-        os.makedirs(folder, exist_ok=True)
-        core_dir = os.path.dirname(core)
-        try:
-            _module = cpp_extension.load(
-                name="hvdlite_c10d",
-                sources=[os.path.join(here, source) for source in SOURCES],
-                extra_include_paths=[here, os.path.dirname(header)],
-                extra_cflags=["-O2"],
-                # The core that this process has loaded already (by its soname), found again at run time.
-                extra_ldflags=[os.path.join(core_dir, "libhvdlite_core.so"), f"-Wl,-rpath,{core_dir}"],
-                build_directory=folder,
-                verbose=bool(os.environ.get("HVDLITE_TORCH_EXTENSION_VERBOSE")))
-        except (OSError, RuntimeError, ImportError) as error:
-            raise RuntimeError(
-                f"hvdlite could not compile its torch.distributed backend in {folder} ({error}). It needs a C++ "
-                "compiler (g++) and ninja (pip install ninja) where PyTorch runs; "
-                f"set {CACHE_VARIABLE} to build it elsewhere, HVDLITE_TORCH_EXTENSION_VERBOSE=1 to see the build")
+        folder, expected = cache_dir(), fingerprint()
+        library = built_library(folder, expected)
+        if library is None:
+            from . import builder
+            library = builder.build(folder, expected)
+        _module = import_library(library)
     return _module
