@@ -24,7 +24,11 @@ RUN pip install "$TORCH_REQUIREMENT" tensorflow-cpu scikit-learn
 # and MPICH becomes a dependency of the installed package.
 COPY . /src
 RUN pip install /src \
-    && mkdir -p /opt/hvdlite/examples && cp /src/examples/*.py /opt/hvdlite/examples/ \
+    && mkdir -p /opt/hvdlite/examples && cp /src/examples/*.py /opt/hvdlite/examples/
+# The torch.distributed backend, compiled here for the PyTorch above (the final stage has no compiler to build it).
+ENV HVDLITE_TORCH_EXTENSION_DIR=/opt/hvdlite/torch-backend
+RUN pip install ninja && python -m hvdlite.torch.build && pip uninstall -y ninja \
+    && chmod -R a+rX $HVDLITE_TORCH_EXTENSION_DIR \
     && find $VIRTUAL_ENV -name __pycache__ -prune -exec rm -rf {} +
 
 # --- final: Python, the venv, the examples; no compilers ------------------------------------------------------------
@@ -35,7 +39,7 @@ RUN apt-get update \
     && useradd --create-home --uid 1000 hvd
 COPY --from=build /opt/hvdlite /opt/hvdlite
 ENV VIRTUAL_ENV=/opt/hvdlite/venv PATH=/opt/hvdlite/venv/bin:$PATH OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 HVDLITE_TORCH_EXTENSION_DIR=/opt/hvdlite/torch-backend
 USER hvd
 WORKDIR /home/hvd
 CMD ["hvdliterun", "-np", "2", "python", "/opt/hvdlite/examples/torch_digits.py"]

@@ -124,7 +124,8 @@ test-image-cpu: image-cpu
 	@$(TIMED) "the image's tests" $(CONTAINER) run --rm --network host -v $(CURDIR)/tests:/opt/tests:ro \
 		$(if $(PIP_CERT),-e PIP_CERT=$(PIP_CERT)) hvdlite:cpu sh -c 'pip install -q --target /tmp/pytest pytest \
 		pytest-timeout && PYTHONPATH=/tmp/pytest python -m pytest -q -p no:cacheprovider \
-		/opt/tests/core/test_core_init.py /opt/tests/numpy/test_numpy_arrays.py'
+		/opt/tests/core/test_core_init.py /opt/tests/numpy/test_numpy_arrays.py \
+		"/opt/tests/torch/test_torch_backend_build.py::test_the_ddp_example_trains_on_a_backend_built_ahead_without_compiling"'
 
 # The CUDA image where there is no GPU: hvdlite imports, reports no NCCL, and the example trains on the CPU path.
 test-image-cuda: image-cuda

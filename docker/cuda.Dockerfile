@@ -20,7 +20,12 @@ ARG TORCH_REQUIREMENT=torch==2.13.0
 RUN pip install --no-cache-dir "$TORCH_REQUIREMENT" scikit-learn
 COPY . /src
 RUN pip install "/src[cuda13]" \
-    && mkdir -p /opt/hvdlite/examples && cp /src/examples/*.py /opt/hvdlite/examples/ \
+    && mkdir -p /opt/hvdlite/examples && cp /src/examples/*.py /opt/hvdlite/examples/
+# The torch.distributed backend, compiled here for the PyTorch above (the final stage has no compiler to build it; its
+# sources use c10's device-generic stream API, so no CUDA toolkit is needed for it).
+ENV HVDLITE_TORCH_EXTENSION_DIR=/opt/hvdlite/torch-backend
+RUN pip install ninja && python -m hvdlite.torch.build && pip uninstall -y ninja \
+    && chmod -R a+rX $HVDLITE_TORCH_EXTENSION_DIR \
     && find $VIRTUAL_ENV -name __pycache__ -prune -exec rm -rf {} +
 
 # --- final -----------------------------------------------------------------------------------------------------------
@@ -32,7 +37,8 @@ RUN apt-get update \
 COPY --from=build /opt/hvdlite /opt/hvdlite
 # The NVIDIA container toolkit mounts the driver (libcuda.so.1) when these ask for it.
 ENV VIRTUAL_ENV=/opt/hvdlite/venv PATH=/opt/hvdlite/venv/bin:$PATH OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1 \
-    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    HVDLITE_TORCH_EXTENSION_DIR=/opt/hvdlite/torch-backend
 USER hvd
 WORKDIR /home/hvd
 CMD ["hvdliterun", "-np", "2", "python", "/opt/hvdlite/examples/torch_digits.py"]
