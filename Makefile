@@ -160,10 +160,11 @@ bench: native
 setup: $(STAMPS)/hvdlite
 
 # Incremental: the editable install rebuilds what changed when a process first imports the native parts, and the
-# torch.distributed backend is compiled against the installed PyTorch (else the first process group does it).
+# torch.distributed backend is built ahead against the installed PyTorch, as users do (else the first process group
+# builds it).
 native: $(STAMPS)/hvdlite
 	$(PYTHON) -c "import hvdlite._tensor_calls"
-	$(PYTHON) -c "import hvdlite.torch.distributed.extension as backend; backend.load()"
+	$(PYTHON) -m hvdlite.torch.build
 
 $(PYTHON):
 	python3 -m venv $(VENV)

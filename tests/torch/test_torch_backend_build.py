@@ -94,9 +94,9 @@ def folder_of(root):
 
 
 @pytest.fixture(scope="module")
-def built_ahead(tmp_path_factory):
-    """A folder the backend was built in ahead of use, by the build command."""
-    root = tmp_path_factory.mktemp("backend")
+def built_ahead():
+    """The folder the backend is kept in by default, built ahead by the build command (make runs it first)."""
+    root = os.path.dirname(extension.cache_dir())
     code, output = build_ahead(root)
     assert code == 0 and "is built in" in output, output
     return root
