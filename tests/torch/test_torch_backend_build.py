@@ -102,6 +102,7 @@ def built_ahead():
     return root
 
 
+@pytest.mark.long  # a DDP job; make test keeps the quick verdict below
 def test_ddp_trains_with_no_compiler_once_the_backend_is_built_ahead(tmp_path, built_ahead):
     env = dict(without_compiler(tmp_path), HVDLITE_TORCH_EXTENSION_DIR=str(built_ahead))
     code, output = train_ddp(tmp_path, env)
@@ -123,6 +124,7 @@ def test_with_neither_a_build_nor_a_compiler_the_first_process_group_says_what_t
         assert words in output, output
 
 
+@pytest.mark.long  # six program starts
 def test_programs_with_different_environments_load_it_without_building_again(tmp_path, built_ahead):
     library = os.path.join(folder_of(built_ahead), extension.LIBRARY)
     before = os.stat(library).st_mtime_ns
@@ -162,6 +164,7 @@ def test_a_build_killed_half_way_blocks_nothing(tmp_path):
     assert not [name for name in os.listdir(folder) if name.startswith("building-")], os.listdir(folder)
 
 
+@pytest.mark.long  # two trainings; make test-image-cpu runs it in the CPU image too
 def test_the_ddp_example_trains_on_a_backend_built_ahead_without_compiling():
     """Where the backend was built ahead (make does it here; the images in their build stage, and their final stage
     has no compiler: make test-image-cpu runs this test there), 2 ranks of the DDP example reach the 1-rank accuracy
