@@ -21,11 +21,11 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: test check test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
+.PHONY: test check check-long test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
 	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu \
 	test-image-cuda clean
 
-QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long
+QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
@@ -34,12 +34,16 @@ check:
 	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-openmpi \
 		sanitize-address sanitize-thread test-image-cpu
 
+# What does not fit make check's budget (tests marked check_long): run before an issue is called done.
+check-long: native
+	@$(TIMED) "pytest -m check_long" $(PYTEST) -m check_long
+
 test-quick: native
 	@$(TIMED) "pytest -m '$(QUICK_TESTS)'" $(PYTEST) -m "$(QUICK_TESTS)"
 
 # What make test leaves out: the other rank counts of multi-rank tests and the tests that need root. The 4-rank
 # variants of the tests marked across_hosts run on 2 hosts x 2 ranks instead (make test-across-hosts), not here.
-VARIANT_TESTS := not ($(QUICK_TESTS)) and not (extra_ranks and ranks_4 and across_hosts)
+VARIANT_TESTS := not ($(QUICK_TESTS)) and not (extra_ranks and ranks_4 and across_hosts) and not check_long
 test-variants: native
 	@$(TIMED) "pytest -m '$(VARIANT_TESTS)'" $(PYTEST) -m "$(VARIANT_TESTS)"
 

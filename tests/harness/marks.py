@@ -2,14 +2,17 @@
 tests/sanitizers/run.sh select by them with ``-m``.
 
 ``make test`` (the quick verdict, no root) runs every test that is none of ``simulated_hosts``, ``root``,
-``extra_ranks`` and ``long``;
-``make check`` (CI) runs the rest too, and reruns the tests marked below where they say.
+``extra_ranks``, ``long`` and ``check_long``;
+``make check`` (CI) runs the rest too but ``check_long``, and reruns the tests marked below where they say;
+``make check-long`` runs the ``check_long`` ones (run before an issue is called done).
 """
 TIER_MARKS = {
     "extra_ranks": "a multi-rank test's rank counts after its first (set by harness/multirank.py; make check)",
     "simulated_hosts": "makes hosts of network namespaces on this machine (needs root; make check)",
     "root": "needs root for something else (a mount; make check)",
     "long": "a whole program that takes long, beside quick tests of the same parts (make check)",
+    "check_long": "too long for make check's budget (minutes of compiling, say), beside quicker tests of the same "
+                  "parts (make check-long)",
     "across_hosts": "rerun by make test-across-hosts on simulated hosts: 4-rank tests on 2x2, 2-rank tests on 2x1",
     "openmpi": "rerun by make test-openmpi with Open MPI",
     "sanitize(address, thread, own_count)": "multi-rank tests rerun under AddressSanitizer+UBSan (address=True) and "

@@ -140,7 +140,7 @@ def test_programs_with_different_environments_load_it_without_building_again(tmp
     assert os.stat(library).st_mtime_ns == before
 
 
-@pytest.mark.long  # two builds of the backend (one killed), minutes on 2 cores
+@pytest.mark.check_long  # two builds of the backend (one killed), minutes on 2 cores
 def test_a_build_killed_half_way_blocks_nothing(tmp_path):
     root = tmp_path / "backend"
     env = dict(os.environ, **QUIET_THREADS, HVDLITE_TORCH_EXTENSION_DIR=str(root))
