@@ -112,11 +112,6 @@ std::vector<int32_t> Coordinator::MissingRanks(const Entry &entry) const {
 
 std::string Coordinator::DescribeWaiting(Clock::time_point now) const {
   std::ostringstream out;
-  auto ranks = [&](const std::vector<int32_t> &list) {
-    out << "[";
-    for (size_t i = 0; i < list.size(); ++i) out << (i ? ", " : "") << list[i];
-    out << "]";
-  };
   for (const std::string &name : arrival_order_) {
     const Entry &entry = table_.at(name);
     std::vector<int32_t> submitted;
@@ -125,10 +120,7 @@ std::string Coordinator::DescribeWaiting(Clock::time_point now) const {
     }
     out << "\n  " << CollectiveName(FirstRequest(entry)->collective) << " '" << name << "' (waited "
         << static_cast<int64_t>(std::chrono::duration<double>(now - entry.first_seen).count())
-        << " s): submitted by ranks ";
-    ranks(submitted);
-    out << ", not by ranks ";
-    ranks(MissingRanks(entry));
+        << " s): submitted by ranks " << ListString(submitted) << ", not by ranks " << ListString(MissingRanks(entry));
   }
   return out.str();
 }
@@ -158,10 +150,8 @@ std::vector<StallReport> Coordinator::FindStalls(Clock::time_point now, double w
                                      [](const Request *r) { return r != nullptr; });
       std::ostringstream out;
       out << "Stalled: " << CollectiveName(response.spec.collective) << " of tensor '" << name
-          << "' waited " << static_cast<int64_t>(waited) << " s for ranks [";
-      std::vector<int32_t> missing = MissingRanks(entry);
-      for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : "") << missing[i];
-      out << "] that never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)";
+          << "' waited " << static_cast<int64_t>(waited) << " s for ranks " << ListString(MissingRanks(entry))
+          << " that never submitted it (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)";
       response.error = out.str();
       failed->push_back(std::move(response));
       table_.erase(name);

@@ -6,6 +6,7 @@
 #include "carried_round.h"
 #include "logging.h"
 #include "reduce_kernels.h"
+#include "request_validation.h"
 #include "round_across_hosts.h"
 
 namespace hvdlite {
@@ -48,6 +49,12 @@ bool EndDeadlock(ProcessSet &set, const NegotiationSettings &settings, Clock::ti
   return true;
 }
 
+// Half the stall check, or half the deadlock bound if shorter: a deadlock's report names every request waiting.
+double CachedStallSeconds(const NegotiationSettings &settings) {
+  const double seconds = settings.stall_check_seconds / 2;
+  return settings.deadlock_seconds > 0 ? std::min(seconds, settings.deadlock_seconds / 2) : seconds;
+}
+
 void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::time_point now) {
   if (!set.coordinator || settings.stall_check_seconds <= 0 || SecondsSince(set.last_stall_check, now) < 1.0) return;
   set.last_stall_check = now;
@@ -58,9 +65,7 @@ void InspectStalls(ProcessSet &set, const NegotiationSettings &settings, Clock::
   std::ostringstream out;
   for (const StallReport &report : reports) {
     out << "Stall: tensor '" << report.name << "' has waited " << static_cast<int64_t>(report.waited_seconds)
-        << " s in process set " << set.id << "; missing ranks: [";
-    for (size_t i = 0; i < report.missing_ranks.size(); ++i) out << (i ? ", " : "") << report.missing_ranks[i];
-    out << "]. ";
+        << " s in process set " << set.id << "; missing ranks: " << ListString(report.missing_ranks) << ". ";
   }
   out << "Those ranks have not submitted it: they may be running a different code path or have fewer steps. "
          "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS > 0 turns this into an error. Waiting in the set:"
@@ -139,7 +144,8 @@ NegotiationRound::NegotiationRound(ProcessSet &set, const NegotiationSettings &s
       capacity_(set.cache.capacity()),
       words_((capacity_ + 63) / 64),
       rank_words_((set.size + 63) / 64),
-      header_words_(1 + 2 * words_ + 2 + rank_words_) {}
+      header_words_(1 + 2 * words_ + 2 + rank_words_),
+      cached_stall_seconds_(CachedStallSeconds(settings)) {}
 
 void NegotiationRound::Pack() {
   // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank], then
@@ -198,10 +204,7 @@ bool NegotiationRound::AnnounceByCache(Entry &e, double age) {
     e.cache_bit = bit;
     e.cache_stamp = bit >= 0 ? set_.cache.Stamp(bit) : 0;
   }
-  // Half the stall check, or half the deadlock bound if shorter: a deadlock's report names every request waiting.
-  double cached_stall_seconds = settings_.stall_check_seconds / 2;
-  if (settings_.deadlock_seconds > 0) cached_stall_seconds = std::min(cached_stall_seconds, settings_.deadlock_seconds / 2);
-  if (bit >= 0 && cached_stall_seconds > 0 && age > cached_stall_seconds) {
+  if (bit >= 0 && cached_stall_seconds_ > 0 && age > cached_stall_seconds_) {
     ClearBit(valid_, bit);
     bit = -1;
   }

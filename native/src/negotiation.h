@@ -78,6 +78,8 @@ class NegotiationRound {
   const RoundInput &input_;
   const Clock::time_point now_;
   const int32_t capacity_, words_, rank_words_, header_words_;  // cache bits, words of them, of ranks, of header
+  // A cached request older than this goes the slow way, where the coordinator sees who is missing (0: never).
+  const double cached_stall_seconds_;
   // Where each part lies in set_.round_bits (set by Pack).
   uint64_t *ready_ = nullptr, *valid_ = nullptr, *coordinator_ = nullptr, *not_woken_by_ = nullptr;
   uint8_t *payload_ = nullptr;

@@ -5,14 +5,6 @@
 namespace hvdlite {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t> &shape) {
-  std::ostringstream out;
-  out << "[";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << "]";
-  return out.str();
-}
-
 // "rank 0 sent X, rank 1 sent Y" over every rank that has a request.
 template <typename Describe>
 std::string PerRank(const std::vector<const Request *> &requests, Describe describe) {
@@ -118,18 +110,18 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
   }
   if (c == Collective::kAddProcessSet || c == Collective::kAddProcessSetOfMembers) {
     check("process set ranks", [](const Request &r) { return r.ranks; },
-          [](const Request &r) { return ShapeString(std::vector<int64_t>(r.ranks.begin(), r.ranks.end())); });
+          [](const Request &r) { return ListString(r.ranks); });
   }
   if (c == Collective::kAllgather || c == Collective::kAlltoall) {
     // Any first dimension; the rest must agree.
     check("shapes (all but the first dimension)",
           [](const Request &r) { return std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()); },
-          [](const Request &r) { return ShapeString(r.shape); });
+          [](const Request &r) { return ListString(r.shape); });
     if (c == Collective::kAllgather && error.empty()) {
       for (const Request *r : requests) response.first_dims.push_back(r && !r->shape.empty() ? r->shape[0] : 0);
     }
   } else if (c != Collective::kBarrier && c != Collective::kJoin) {
-    check("shapes", [](const Request &r) { return r.shape; }, [](const Request &r) { return ShapeString(r.shape); });
+    check("shapes", [](const Request &r) { return r.shape; }, [](const Request &r) { return ListString(r.shape); });
   }
   return response;
 }
