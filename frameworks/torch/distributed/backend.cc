@@ -342,7 +342,38 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::ReduceBitwise(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allreduce(std::vector<at::Tensor> &tensors,
                                                          const c10d::AllreduceOptions &opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse) {
+    return AllreduceSparse(tensors[0], opts.reduceOp);
+  }
   return Reduce(tensors, tensors, opts.reduceOp, c10d::OpType::ALLREDUCE, "allreduce");
+}
+
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::AllreduceSparse(at::Tensor tensor, const c10d::ReduceOp &op) {
+  TORCH_CHECK_VALUE(op.op_ == c10d::ReduceOp::SUM, "hvdlite: allreduce of a sparse tensor takes ReduceOp.SUM only "
+                    "(as gloo's)");
+  TORCH_CHECK_VALUE(tensor.device().is_cpu(), "hvdlite: allreduce of a sparse tensor takes CPU tensors; got one on ",
+                    tensor.device());
+  // Rows by rank: one row of indices and one of values per element this rank holds.
+  const at::Tensor indices = tensor._indices().t().contiguous();
+  const at::Tensor values = tensor._values().contiguous();
+  CheckTensor(values, "allreduce");
+  const Placement placement = PlacementOf("allreduce", {{indices, values}});
+  std::vector<Request> requests;
+  for (const at::Tensor &part : {indices, values}) {
+    requests.push_back(MakeRequest(HVDLITE_ALLGATHER, NextName(), part, nullptr, placement));
+  }
+  auto work = NewWork(c10d::OpType::ALLREDUCE, "allreduce of a sparse tensor", {tensor}, placement);
+  std::vector<int64_t> value_rows = values.sizes().vec();
+  value_rows[0] = -1;
+  const int64_t sparse_dim = tensor.sparse_dim();
+  const at::ScalarType dtype = values.scalar_type();
+  work->finish = [tensor, value_rows, sparse_dim, dtype](const std::vector<hvdlite_handle> &handles) {
+    const at::Tensor all_indices = CoreOutput(handles[0], at::kLong).view({-1, sparse_dim}).t();
+    const at::Tensor all_values = CoreOutput(handles[1], dtype).view(value_rows);
+    at::Tensor sum = at::sparse_coo_tensor(all_indices, all_values, tensor.sizes()).coalesce();
+    tensor.copy_(sum);  // a copy: the core's outputs go with the handles
+  };
+  return Start(work, requests, "allreduce", {indices, values});
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allreduce_coalesced(std::vector<at::Tensor> &tensors,
@@ -435,17 +466,22 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::_allgather_base(at::Tensor &outpu
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
                                                                    std::vector<at::Tensor> &inputs,
                                                                    const c10d::AllgatherOptions &) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "hvdlite: allgather_coalesced needs one output list per input");
+  // torch's layout: one list per rank of the group, each with one tensor per input (outputs[rank][input]).
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == size_, "hvdlite: allgather_coalesced needs one output list "
+                    "per rank of the group (", size_, "); got ", outputs.size());
   std::vector<at::Tensor> all;
+  std::vector<std::vector<at::Tensor>> by_input(inputs.size());
   for (const auto &list : outputs) {
-    TORCH_CHECK_VALUE(static_cast<int>(list.size()) == size_, "hvdlite: allgather_coalesced needs ", size_,
-                      " outputs per input");
+    TORCH_CHECK_VALUE(list.size() == inputs.size(), "hvdlite: allgather_coalesced needs one output per input (",
+                      inputs.size(), ") in each rank's list; got ", list.size());
     CheckTensors(list, "allgather_coalesced");
     all.insert(all.end(), list.begin(), list.end());
+    for (size_t i = 0; i < list.size(); ++i) by_input[i].push_back(list[i]);
   }
-  auto lists = outputs;
   return Gather(inputs, all, c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced",
-                [lists](size_t i, const at::Tensor &gathered) { Split(gathered, lists[i], "allgather_coalesced"); });
+                [by_input](size_t i, const at::Tensor &gathered) {
+                  Split(gathered, by_input[i], "allgather_coalesced");
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,

@@ -132,6 +132,9 @@ class HvdliteBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> Reduce(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                         const c10d::ReduceOp &op, c10d::OpType type, const char *collective,
                                         std::vector<at::Tensor> outputs = {}, std::function<void()> after = {});
+  // All-reduce (sum) of a sparse COO tensor, in place, as gloo does it: every rank's indices and values are
+  // all-gathered (each rank sends as many as it holds) and summed where they coincide.
+  c10::intrusive_ptr<c10d::Work> AllreduceSparse(at::Tensor tensor, const c10d::ReduceOp &op);
   c10::intrusive_ptr<c10d::Work> ReduceBitwise(std::vector<at::Tensor> tensors, std::vector<at::Tensor> results,
                                                const c10d::ReduceOp &op, c10d::OpType type, const char *collective);
   // All-gathers of each input, flattened; each gathered buffer is handed to place with its index.

@@ -190,8 +190,10 @@ bool HvdliteWork::wait(std::chrono::milliseconds timeout) {
     }
   }
   if (!done) {
-    C10_THROW_ERROR(DistBackendError, "hvdlite: " + what_ + " did not finish within " +
-                                          std::to_string(seconds) + " s (the process group's timeout)");
+    // Worded as gloo's ("Timed out waiting ..."): scripts and torch's own tests match on it.
+    C10_THROW_ERROR(DistBackendError, "hvdlite: " + what_ + ": Timed out waiting " +
+                                          std::to_string(static_cast<int64_t>(seconds * 1000)) +
+                                          " ms for it to finish (the process group's timeout)");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (exception_) std::rethrow_exception(exception_);
