@@ -16,7 +16,6 @@ import os
 import types
 
 import torch
-import torch.distributed as dist
 from torch.testing._internal.common_distributed import DistTestCases
 
 BACKEND = os.environ.setdefault("BACKEND", "hvdlite")
