@@ -206,6 +206,10 @@ int hvdlite_wait(hvdlite_handle handle);
 int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count);
 /* hvdlite_wait_all that gives up after timeout_seconds (a negative one: never), then returning -2 (pending). */
 int hvdlite_wait_all_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds);
+/* Waits until one of the handles is done (succeeded or failed) or unknown and returns the first such index; -2
+ * (pending) once timeout_seconds have passed (a negative one: never). For a receive from whichever peer sends
+ * first: read the handle's state with hvdlite_poll and hvdlite_handle_error. */
+int hvdlite_wait_any_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds);
 /* Copies the error message of a failed handle; returns its length (0 when there is none). */
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len);
 /* Integer result of the handle: join -> last rank to join; add_process_set -> new id. */

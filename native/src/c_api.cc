@@ -251,6 +251,15 @@ int hvdlite_wait_all_for(const hvdlite_handle *handles, int32_t count, double ti
   return Core::Get().WaitAll(handles, std::max(0, count), deadline);
 }
 
+int hvdlite_wait_any_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds) {
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  if (timeout_seconds >= 0) {
+    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                      std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
+  }
+  return Core::Get().WaitAny(handles, std::max(0, count), deadline);
+}
+
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {
   int length = 0;
   Core::Get().handles().Read(handle, [&](const HandleState &s) {

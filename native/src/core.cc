@@ -480,9 +480,19 @@ int Core::WaitAll(const int64_t *handles, int32_t count, std::chrono::steady_clo
   return WaitAsCaller(handles, count, deadline);
 }
 
-int Core::WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
+int Core::WaitAny(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
+  if (count <= 0) return -1;  // none to wait for: as an unknown handle
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++callers_waiting_;
+  }
+  return WaitAsCaller(handles, count, deadline, /*any=*/true);
+}
+
+int Core::WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline,
+                       bool any) {
   work_cv_.notify_one();  // rounds for what is in flight start now, not at the cycle boundary
-  const int state = handles_.WaitAll(handles, count, deadline);
+  const int state = any ? handles_.WaitAny(handles, count, deadline) : handles_.WaitAll(handles, count, deadline);
   callers_waiting_.fetch_sub(1, std::memory_order_relaxed);  // no lock: at worst one extra round
   return state;
 }

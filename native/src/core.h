@@ -100,6 +100,8 @@ class Core {
   int Wait(int64_t handle) { return WaitAll(&handle, 1); }
   int WaitAll(const int64_t *handles, int32_t count,
               std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // The index of the first handle done or unknown (HandleTable::WaitAny), kPending past the deadline.
+  int WaitAny(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline);
   HandleTable &handles() { return handles_; }
 
  private:
@@ -109,7 +111,8 @@ class Core {
   std::string CheckRequest(const Request &request, int32_t set_id, const std::vector<int32_t> &splits);
   // The tail of every wait: callers_waiting_ was raised under mutex_; wakes the background thread, waits for
   // the handles (HandleTable::WaitAll's result) and lowers it.
-  int WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline);
+  int WaitAsCaller(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline,
+                   bool any = false);
   void ThreadMain(Settings settings, MPI_Comm parent);
   // One pass of the background thread's loop: take the queue, run a round of every process set and
   // execute what is ready. Returns false once a round agreed to shut down.

@@ -79,6 +79,27 @@ int HandleTable::WaitAll(const int64_t *handles, int32_t count, std::chrono::ste
   return first_failure;
 }
 
+int HandleTable::WaitAny(const int64_t *handles, int32_t count, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  int index = kPending;
+  auto one_finished = [&] {
+    for (int32_t i = 0; i < count; ++i) {
+      const HandleState *state = Find(handles[i]);
+      if (!state || state->done) {
+        index = i;
+        return true;
+      }
+    }
+    return false;
+  };
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    done_.wait(lock, one_finished);
+  } else {
+    done_.wait_until(lock, deadline, one_finished);
+  }
+  return index;
+}
+
 void HandleTable::ReleaseAll(const int64_t *handles, int32_t count) {
   bool pending = false;
   {

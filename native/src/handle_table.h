@@ -62,6 +62,10 @@ class HandleTable {
   // With a deadline: kPending once it has passed with a handle still pending.
   int WaitAll(const int64_t *handles, int32_t count,
               std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+  // The index of the first handle that is done (succeeded or failed) or unknown, as soon as there is one; kPending
+  // once the deadline has passed with all of them pending. A receive from whichever peer sends first waits so.
+  int WaitAny(const int64_t *handles, int32_t count,
+              std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   // WaitAll's result where it would not block (under one lock), else kPending.
   static constexpr int kPending = -2;
   int ResultIfDone(const int64_t *handles, int32_t count);

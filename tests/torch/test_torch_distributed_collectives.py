@@ -2,7 +2,7 @@
 reference built from every rank's input (each rank regenerates the others' from their seeds), synchronously and
 with async_op=True (Work.wait, is_completed, get_future), on the world group and on groups of some ranks; a loop's
 calls named by their place in its period (the core's cache answers them); and the errors: ranks that disagree
-(in such a loop too), bad arguments, a receive from any source.
+(in such a loop too), bad arguments; receives from any source.
 
 dist.init_process_group("hvdlite") is given nothing else: rank and size come from MPI (no MASTER_ADDR, RANK).
 """
@@ -368,8 +368,39 @@ def test_send_recv_around_the_ring(checks):
             dist.recv(t, 0, tag=tag)
             got.setdefault(tag, []).append(float(t[0]))
         checks.true("tags and order", got == {3: [3.0], 7: [1.0, 2.0]}, str(got))
-    if rank == 1:
-        assert_raises(RuntimeError, dist.recv, torch.empty(2), match=("any source",))
+    dist.barrier()
+
+
+def test_recv_from_any_source(checks):
+    rank, size = dist.get_rank(), dist.get_world_size()
+    sent = 3  # messages of 4 elements each rank but 0 sends rank 0 (buffered: all go at once)
+    if rank == 0:
+        # Taken from whichever rank's message arrives first, each rank's in the order it sent them.
+        got = {}
+        for _ in range(2 * (size - 1)):
+            t = torch.empty(2, 2)  # the element count is what sender and receiver agree on, not the shape
+            sender = dist.recv(t)
+            got.setdefault(sender, []).append(float(t[0, 0]))
+            checks.true("the whole message", torch.equal(t, torch.full((2, 2), t[0, 0].item())))
+        # The rest by name: a receive still posted from a rank that did not answer the last one holds its next.
+        for r in range(1, size):
+            for _ in range(sent - len(got.get(r, []))):
+                t = torch.empty(4)
+                dist.recv(t, r)
+                got.setdefault(r, []).append(float(t[0]))
+        want = {r: [10.0 * r + i for i in range(sent)] for r in range(1, size)}
+        checks.true("every message once, each rank's in the order sent", got == want, str(got))
+        # irecv from any source: the Work says who sent it
+        work = dist.irecv(torch.empty(1))
+        work.wait()
+        checks.true("irecv from any source names its sender", work._source_rank() == size - 1,
+                    str(work._source_rank()))
+        assert_raises(TypeError, dist.recv, torch.empty(2, dtype=torch.uint32), match=("dtype",))
+    else:
+        for i in range(sent):
+            dist.send(torch.full((4,), 10.0 * rank + i), 0)
+        if rank == size - 1:
+            dist.send(torch.ones(1), 0)
     dist.barrier()
 
 

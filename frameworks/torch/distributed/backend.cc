@@ -116,6 +116,21 @@ HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::
       completer_(std::make_unique<Completer>()) {}
 
 HvdliteBackend::~HvdliteBackend() {
+  {
+    // A pair's set that its peer never asked for (this rank posted a receive from any source; the peer never sent
+    // it anything) is never made: its request is let go, which wakes the thread waiting for it.
+    std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+    for (auto &pair : pair_sets_) {
+      if (!pair.second.settled && pair.second.adding > 0) {
+        hvdlite_release(pair.second.adding);
+        pair.second.adding = 0;
+      }
+    }
+    // A receive still posted holds a request the core may yet answer: its buffer must outlive the backend.
+    static auto *unanswered = new std::vector<Posted>();
+    for (auto &posted : posted_) unanswered->push_back(std::move(posted.second));
+    posted_.clear();
+  }
   for (std::thread &setup : pair_setups_) setup.join();
   completer_.reset();  // every Work handed out is finished first
   for (auto &pair : pair_sets_) {
@@ -807,15 +822,28 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
                     " of a group of ", size_, " (this is rank ", rank_, ")");
   // The caller's stream now: the message goes in later (once the pair's set exists) but after what was on it.
   const Placement placement = PlacementOf(what, {tensors});
-  const int source = sending ? rank_ : peer;
-  const int destination = sending ? peer : rank_;
   at::Tensor target = tensors[0];
+  auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors, placement);
+  std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+  if (!sending) {
+    auto posted = posted_.find({peer, tag});
+    if (posted != posted_.end()) {
+      // The peer's next message was received already, for a receive from any source that another answered.
+      Posted taken = std::move(posted->second);
+      posted_.erase(posted);
+      work->after = taken.work;
+      work->finish = [taken, target, peer](const std::vector<hvdlite_handle> &) {
+        if (auto error = taken.work->exception()) std::rethrow_exception(error);
+        TORCH_CHECK_VALUE(taken.buffer.numel() == target.numel(), "hvdlite: recv from rank ", peer, ": it sent ",
+                          taken.buffer.numel(), " elements, the receive holds ", target.numel());
+        target.copy_(taken.buffer.view(target.sizes()));
+      };
+      return Start(work);
+    }
+  }
   // A send is buffered, as small messages are in MPI and gloo: the tensor is copied and the send is done at once
   // (a rank may send, then receive what its peer sends it first); the message goes when the receiver takes it.
   at::Tensor buffer = sending ? target.clone(at::MemoryFormat::Contiguous) : target.contiguous();
-  // In the pair's set, the rank with the lower rank in the job is 0.
-  const int32_t root = (global_ranks_[source] < global_ranks_[destination]) ? 0 : 1;
-  auto work = NewWork(sending ? c10d::OpType::SEND : c10d::OpType::RECV, what, tensors, placement);
   c10::intrusive_ptr<c10d::Work> handed_out = work;
   if (sending) {
     auto done = NewWork(c10d::OpType::SEND, what, tensors, Placement());
@@ -825,14 +853,25 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   } else {
     work->finish = [target, buffer](const std::vector<hvdlite_handle> &) { CopyBack({target}, {buffer}); };
   }
+  PostMessage(work, buffer, sending ? rank_ : peer, sending ? peer : rank_, tag, placement, what);
+  Start(work);
+  return handed_out;
+}
+
+void HvdliteBackend::PostMessage(const c10::intrusive_ptr<HvdliteWork> &work, const at::Tensor &buffer, int source,
+                                 int destination, int tag, const Placement &placement, const char *what) {
+  const int peer = source == rank_ ? destination : source;
+  // Flat: sender and receiver agree on the element count and dtype, not the shape (as gloo's messages are bytes).
+  const at::Tensor flat = buffer.view({-1});
   work->keep_alive = {buffer};
-  std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+  // In the pair's set, the rank with the lower rank in the job is 0.
+  const int32_t root = (global_ranks_[source] < global_ranks_[destination]) ? 0 : 1;
   // Messages between two ranks with one tag are matched in the order they were sent, as MPI matches them.
   uint64_t &count = messages_[std::make_tuple(source, destination, tag)];
   const std::string name = "c10d." + group_name_ + ".p2p." + std::to_string(source) + "." +
                            std::to_string(destination) + "." + std::to_string(tag) + "." + std::to_string(count++);
-  auto enqueue = [this, name, buffer, root, what, placement](int32_t id) {
-    Request r = MakeRequest(HVDLITE_BROADCAST, name, buffer, buffer.data_ptr(), placement);
+  auto enqueue = [this, name, flat, root, what, placement](int32_t id) {
+    Request r = MakeRequest(HVDLITE_BROADCAST, name, flat, flat.data_ptr(), placement);
     r.request.root_rank = root;
     r.request.process_set_id = id;
     std::vector<Request> requests{std::move(r)};
@@ -841,8 +880,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
   PairSet &pair = pair_sets_[peer];
   if (pair.id >= 0) {
     work->handles = enqueue(pair.id);
-    Start(work);
-    return handed_out;
+    return;
   }
   if (pair.adding == 0) {
     // The pair's process set, asked for by the two of them alone, in the background: a send does not wait for
@@ -875,8 +913,6 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::PointToPoint(std::vector<at::Tens
     return enqueue(static_cast<int32_t>(hvdlite_handle_result(added[0])));
   };
   if (!pair.settled) pair.waiting.push_back(work);
-  Start(work);
-  return handed_out;
 }
 
 c10::intrusive_ptr<c10d::Work> HvdliteBackend::send(std::vector<at::Tensor> &tensors, int dst_rank, int tag) {
@@ -887,10 +923,59 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::recv(std::vector<at::Tensor> &ten
   return PointToPoint(tensors, src_rank, tag, false);
 }
 
-c10::intrusive_ptr<c10d::Work> HvdliteBackend::recvAnysource(std::vector<at::Tensor> &, int) {
-  TORCH_CHECK(false, "hvdlite: recv from any source is not supported: name the source rank (hvdlite matches "
-              "messages by the pair of ranks, without MPI_ANY_SOURCE, which loses messages on some MPI network "
-              "layers)");
+HvdliteBackend::Posted HvdliteBackend::PostReceive(int peer, int tag, const at::Tensor &like,
+                                                   const Placement &placement) {
+  Posted posted;
+  posted.buffer = at::empty({like.numel()}, like.options());
+  posted.work = NewWork(c10d::OpType::RECV, "recv from rank " + std::to_string(peer), {}, placement);
+  PostMessage(posted.work, posted.buffer, peer, rank_, tag, placement, "recv");
+  return posted;
+}
+
+// Without MPI_ANY_SOURCE (which lost messages on some of MPI's network layers): a receive is posted from every peer,
+// each the next message of that pair as a named receive would be, and the first to arrive is the one; the others
+// stay posted for the next receives from those peers. Any of them that a peer never sends stays in the core until
+// the end, as an unmatched receive does in MPI.
+c10::intrusive_ptr<c10d::Work> HvdliteBackend::recvAnysource(std::vector<at::Tensor> &tensors, int tag) {
+  const char *what = "recv from any source";
+  TORCH_CHECK_VALUE(tensors.size() == 1, "hvdlite: ", what, " takes one tensor");
+  CheckTensors(tensors, what);
+  TORCH_CHECK_VALUE(size_ > 1, "hvdlite: ", what, " in a group of one rank: there is no other rank to send");
+  const Placement placement = PlacementOf(what, {tensors});
+  TORCH_CHECK_VALUE(!placement.gpu, "hvdlite: ", what, " takes CPU tensors (name the source rank for a CUDA tensor)");
+  at::Tensor target = tensors[0];
+  auto work = NewWork(c10d::OpType::RECVANYSOURCE, what, tensors, placement);
+  std::vector<Posted> candidates;
+  std::vector<int> sources;
+  std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    auto posted = posted_.find({peer, tag});
+    if (posted != posted_.end()) {
+      candidates.push_back(std::move(posted->second));
+      posted_.erase(posted);
+    } else {
+      candidates.push_back(PostReceive(peer, tag, target, placement));
+    }
+    sources.push_back(peer);
+    work->any_of.push_back(candidates.back().work);
+  }
+  HvdliteWork *self = work.get();  // the Work runs finish_any itself, and drops it when it finishes
+  work->finish_any = [this, self, candidates, sources, tag, target](size_t winner) {
+    {
+      // The others wait for the next receive from their peers.
+      std::lock_guard<std::mutex> lock(point_to_point_mutex_);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (i != winner) posted_[{sources[i], tag}] = candidates[i];
+      }
+    }
+    const at::Tensor &message = candidates[winner].buffer;
+    TORCH_CHECK_VALUE(message.numel() == target.numel(), "hvdlite: recv from any source: rank ", sources[winner],
+                      " sent ", message.numel(), " elements, the receive holds ", target.numel());
+    target.copy_(message.view(target.sizes()));
+    self->source_rank = sources[winner];
+  };
+  return Start(work);
 }
 
 }  // namespace hvdlite_c10d

@@ -153,6 +153,17 @@ class HvdliteBackend : public c10d::Backend {
                                                    const c10d::ReduceOp &op, const char *collective);
   // A send or receive: a broadcast on the process set of this rank and the peer.
   c10::intrusive_ptr<c10d::Work> PointToPoint(std::vector<at::Tensor> &tensors, int peer, int tag, bool sending);
+  // The next message from source to destination with tag, as the core's request of work (a broadcast of buffer,
+  // flat, in the pair's set): enqueued now, or once the pair's set is made. point_to_point_mutex_ held.
+  void PostMessage(const c10::intrusive_ptr<HvdliteWork> &work, const at::Tensor &buffer, int source,
+                   int destination, int tag, const Placement &placement, const char *what);
+  // A receive from any source: one receive posted from every peer; the first to arrive is the message.
+  // point_to_point_mutex_ held.
+  struct Posted {
+    c10::intrusive_ptr<HvdliteWork> work;
+    at::Tensor buffer;  // flat, the element count of the receive that posted it
+  };
+  Posted PostReceive(int peer, int tag, const at::Tensor &like, const Placement &placement);
 
   const int32_t set_id_;
   const std::vector<int64_t> global_ranks_;
@@ -172,6 +183,9 @@ class HvdliteBackend : public c10d::Backend {
   };
   std::map<int, PairSet> pair_sets_;                    // peer (group rank) -> the pair's process set
   std::map<std::tuple<int, int, int>, uint64_t> messages_;  // (source, destination, tag) -> messages so far
+  // Receives posted from a peer for a receive from any source that another peer's message answered: the next
+  // receive from that peer with that tag (from any source or named) takes it. (peer, tag) -> the receive.
+  std::map<std::pair<int, int>, Posted> posted_;
   std::vector<std::thread> pair_setups_;  // one per pair set being made: waits for it, starts the waiting Works
   std::unique_ptr<Completer> completer_;
 };

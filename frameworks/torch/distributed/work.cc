@@ -62,6 +62,7 @@ bool HvdliteWork::Drive(double timeout_seconds) {
 }
 
 bool HvdliteWork::DriveLocked(double timeout_seconds) {
+  if (!any_of.empty()) return DriveAnyOf(timeout_seconds);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     {
@@ -104,6 +105,60 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
     ReleaseHandles();
     Complete(error);
     return true;
+  }
+}
+
+int HvdliteWork::sourceRank() const {
+  if (source_rank >= 0) return source_rank;
+  return Work::sourceRank();  // throws: only a finished receive from any source has one
+}
+
+std::vector<hvdlite_handle> HvdliteWork::HandlesNow() {
+  std::lock_guard<std::mutex> driving(drive_mutex_);
+  return handles;
+}
+
+bool HvdliteWork::DriveAnyOf(double timeout_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (completed_) return true;
+    }
+    // The first candidate finished wins (the lowest index where several have: they are in rank order).
+    for (size_t i = 0; i < any_of.size(); ++i) {
+      if (!any_of[i]->isCompleted()) continue;
+      std::exception_ptr error = any_of[i]->exception();
+      if (!error) {
+        try {
+          finish_any(i);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      any_of.clear();
+      Complete(error);
+      return true;
+    }
+    // Each candidate is waiting for its message, or for its pair's process set (then its next stage posts the
+    // message): wait for the first handle of any of them, then let that candidate take its step.
+    std::vector<hvdlite_handle> waiting;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < any_of.size(); ++i) {
+      for (hvdlite_handle h : any_of[i]->HandlesNow()) {
+        waiting.push_back(h);
+        owner.push_back(i);
+      }
+    }
+    double left = -1;
+    if (timeout_seconds >= 0) {
+      left = timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (left < 0) left = 0;
+    }
+    const int index = hvdlite_wait_any_for(waiting.data(), static_cast<int32_t>(waiting.size()), left);
+    if (index == -2) return false;
+    if (index >= 0) any_of[owner[index]]->Drive(0);
+    // index -1 (no handles): a candidate between two stages; the next pass sees it done or with its new handles.
   }
 }
 

@@ -51,6 +51,12 @@ class HvdliteWork : public c10d::Work {
   Finish finish;
   std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
   bool unobserved = false;  // nobody holds it (a buffered send's delivery): an error is printed, not dropped
+  // A receive from any source: one receive posted from each peer (Works of their own, driven by this one, never on
+  // the completer). This Work finishes when the first of them has: finish_any gets its index, or the Work fails
+  // with that receive's error. sourceRank() is then set (source_rank).
+  std::vector<c10::intrusive_ptr<HvdliteWork>> any_of;
+  std::function<void(size_t)> finish_any;
+  int source_rank = -1;
 
   // The last reference but weak ones is gone: the record of a periodic name's last call (call_names.h) keeps the
   // object until that name comes back, so the tensors, the future and the closures go now.
@@ -60,6 +66,7 @@ class HvdliteWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   void synchronize() override {}
+  int sourceRank() const override;
 
   // Blocks in the core until this Work's handles are done, then finishes it (nothing if already finished).
   // Returns false when timeout_seconds (>= 0) passed first.
@@ -69,6 +76,8 @@ class HvdliteWork : public c10d::Work {
 
  private:
   bool DriveLocked(double timeout_seconds);  // Drive, drive_mutex_ held
+  bool DriveAnyOf(double timeout_seconds);   // DriveLocked of a receive from any source
+  std::vector<hvdlite_handle> HandlesNow();  // a copy of the handles, read under drive_mutex_
   void RunStage();  // drive_mutex_ held, the handles done: enqueues the next requests (or fails the Work)
   void ReleaseHandles();
   void Complete(std::exception_ptr error);
