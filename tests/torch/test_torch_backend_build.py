@@ -164,7 +164,9 @@ def test_a_build_killed_half_way_blocks_nothing(tmp_path):
     assert not [name for name in os.listdir(folder) if name.startswith("building-")], os.listdir(folder)
 
 
-@pytest.mark.long  # two trainings; make test-image-cpu runs it in the CPU image too
+# Two trainings: make test-image-cpu runs it in the CPU image (which has no compiler) in make check; here, where
+# test_torch_ddp_example.py trains the example on the backend make built, it waits for make check-long.
+@pytest.mark.check_long
 def test_the_ddp_example_trains_on_a_backend_built_ahead_without_compiling():
     """Where the backend was built ahead (make does it here; the images in their build stage, and their final stage
     has no compiler: make test-image-cpu runs this test there), 2 ranks of the DDP example reach the 1-rank accuracy
