@@ -48,7 +48,8 @@ def uninterrupted_torch(tmp_path_factory):
     return weights
 
 
-@pytest.mark.parametrize("commit_every,resumed_at", [(1, 10), (4, 8)])
+# Commits every 4 steps: make check (make test keeps commits every step).
+@pytest.mark.parametrize("commit_every,resumed_at", [(1, 10), pytest.param(4, 8, marks=pytest.mark.long)])
 def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, uninterrupted_torch, commit_every,
                                                                   resumed_at):
     before = commit_folders_here()

@@ -136,6 +136,7 @@ def test_run_elastic_resumes_after_a_killed_task_with_the_parameters_of_an_unint
     assert commit_folders_here() == before  # the ranks removed the commits at the end
 
 
+@pytest.mark.long  # three elastic jobs; make test keeps the elastic run that does not restart a raising function
 def test_run_elastic_gives_up_at_its_reset_limit_and_removes_the_commits(spark, job_token, capfd):
     before = commit_folders_here()
     with pytest.raises(hvdlite.spark.SlotLost, match=r"lost slot-\d"):
