@@ -402,6 +402,25 @@ def test_recv_from_any_source(checks):
         if rank == size - 1:
             dist.send(torch.ones(1), 0)
     dist.barrier()
+    # On a new group, the last rank takes one message from any source, and only rank 0 sends it one: the pairs it
+    # asked for with the other ranks are never made, and the group still goes away at once when destroyed.
+    group = dist.new_group(list(range(size)))
+    last = size - 1
+    if rank == last:
+        t = torch.empty(3)
+        sender = dist.recv(t, group=group)
+        checks.true("from rank 0 of the group", sender == 0 and torch.equal(t, torch.full((3,), 5.0)), str(sender))
+    elif rank == 0:
+        dist.send(torch.full((3,), 5.0), last, group=group)
+    dist.barrier()
+    dist.destroy_process_group(group)
+    checks.true("the world group still works", all_reduced_ones() == size)
+
+
+def all_reduced_ones():
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return int(x.item())
 
 
 def test_groups_of_some_ranks(checks):
