@@ -118,7 +118,8 @@ HvdliteBackend::HvdliteBackend(int rank, int size, int32_t process_set_id, std::
 HvdliteBackend::~HvdliteBackend() {
   {
     // A pair's set that its peer never asked for (this rank posted a receive from any source; the peer never sent
-    // it anything) is never made: its request is let go, which wakes the thread waiting for it.
+    // it anything) is never made: its request is let go, which wakes the thread waiting for it and fails the
+    // receives waiting for it.
     std::lock_guard<std::mutex> lock(point_to_point_mutex_);
     for (auto &pair : pair_sets_) {
       if (!pair.second.settled && pair.second.adding > 0) {
@@ -126,13 +127,16 @@ HvdliteBackend::~HvdliteBackend() {
         pair.second.adding = 0;
       }
     }
-    // A receive still posted holds a request the core may yet answer: its buffer must outlive the backend.
-    static auto *unanswered = new std::vector<Posted>();
-    for (auto &posted : posted_) unanswered->push_back(std::move(posted.second));
-    posted_.clear();
   }
   for (std::thread &setup : pair_setups_) setup.join();
   completer_.reset();  // every Work handed out is finished first
+  {
+    // A receive still posted holds a request the core may yet answer: its buffer must outlive the backend.
+    static std::mutex unanswered_mutex;
+    static auto *unanswered = new std::vector<Posted>();  // never freed: the core may write into them until it ends
+    std::lock_guard<std::mutex> keeping(unanswered_mutex);
+    for (auto &posted : posted_) unanswered->push_back(std::move(posted.second));
+  }
   for (auto &pair : pair_sets_) {
     if (pair.second.adding > 0) hvdlite_release(pair.second.adding);
   }
@@ -963,12 +967,14 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::recvAnysource(std::vector<at::Ten
   HvdliteWork *self = work.get();  // the Work runs finish_any itself, and drops it when it finishes
   work->finish_any = [this, self, candidates, sources, tag, target](size_t winner) {
     {
-      // The others wait for the next receive from their peers.
+      // The others wait for the next receive from their peers (their buffers stay alive while the core may
+      // write into them).
       std::lock_guard<std::mutex> lock(point_to_point_mutex_);
       for (size_t i = 0; i < candidates.size(); ++i) {
         if (i != winner) posted_[{sources[i], tag}] = candidates[i];
       }
     }
+    if (auto error = candidates[winner].work->exception()) std::rethrow_exception(error);
     const at::Tensor &message = candidates[winner].buffer;
     TORCH_CHECK_VALUE(message.numel() == target.numel(), "hvdlite: recv from any source: rank ", sources[winner],
                       " sent ", message.numel(), " elements, the receive holds ", target.numel());

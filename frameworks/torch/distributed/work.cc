@@ -53,6 +53,8 @@ void HvdliteWork::release_resources() {
   next_stage = nullptr;
   on_error = nullptr;
   after.reset();
+  any_of.clear();
+  finish_any = nullptr;
   future_.reset();
 }
 
@@ -128,13 +130,11 @@ bool HvdliteWork::DriveAnyOf(double timeout_seconds) {
     // The first candidate finished wins (the lowest index where several have: they are in rank order).
     for (size_t i = 0; i < any_of.size(); ++i) {
       if (!any_of[i]->isCompleted()) continue;
-      std::exception_ptr error = any_of[i]->exception();
-      if (!error) {
-        try {
-          finish_any(i);
-        } catch (...) {
-          error = std::current_exception();
-        }
+      std::exception_ptr error;
+      try {
+        finish_any(i);  // also when that receive failed: the others are kept posted either way
+      } catch (...) {
+        error = std::current_exception();
       }
       any_of.clear();
       Complete(error);
@@ -208,6 +208,7 @@ void HvdliteWork::Complete(std::exception_ptr error) {
   }
   keep_alive.clear();
   finish = nullptr;
+  finish_any = nullptr;  // its receives: the ones not taken are posted for the next receives by now
   if (error && on_error) on_error();
   cv_.notify_all();
   if (error && unobserved) {

@@ -52,8 +52,8 @@ class HvdliteWork : public c10d::Work {
   std::vector<at::Tensor> keep_alive;  // buffers the core reads or writes (contiguous copies, scratch)
   bool unobserved = false;  // nobody holds it (a buffered send's delivery): an error is printed, not dropped
   // A receive from any source: one receive posted from each peer (Works of their own, driven by this one, never on
-  // the completer). This Work finishes when the first of them has: finish_any gets its index, or the Work fails
-  // with that receive's error. sourceRank() is then set (source_rank).
+  // the completer). This Work finishes when the first of them has, with finish_any handed its index (which
+  // throws that receive's error, if it failed). sourceRank() is then set (source_rank).
   std::vector<c10::intrusive_ptr<HvdliteWork>> any_of;
   std::function<void(size_t)> finish_any;
   int source_rank = -1;
