@@ -10,6 +10,21 @@ void QuietWake::Start(MPI_Comm world) {
   sends_.clear();
   sends_.reserve(size_);
   quiet_ = false;
+  Connect();
+}
+
+void QuietWake::Connect() {
+  // One message each way between every two ranks, while all of them are here to make MPI progress.
+  std::vector<MPI_Request> requests;
+  requests.reserve(2 * size_);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    requests.emplace_back();
+    MPI_Irecv(nullptr, 0, MPI_BYTE, r, kConnectTag, comm_, &requests.back());
+    requests.emplace_back();
+    MPI_Isend(nullptr, 0, MPI_BYTE, r, kConnectTag, comm_, &requests.back());
+  }
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
 }
 
 void QuietWake::Stop() {

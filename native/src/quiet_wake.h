@@ -6,6 +6,12 @@
 // lost on MPICH's UCX network layer over TCP (a rank waited forever for a wake its peer had sent), while
 // receives from a named peer, and their cancellation, work on every layer.
 //
+// Every two ranks exchange a message when quiet starts (Connect), so that a wake later finds MPI's connection
+// between them made: MPICH's network layers make it on the first message, which then needs both ranks to drive
+// MPI's progress, and the rank to be woken may be waiting elsewhere, in a round across hosts over the ring's TCP
+// connections (round_across_hosts.h) for the very rank trying to wake it: from 8 hosts of one rank each, the
+// waker's MPI_Isend blocked for good in most jobs.
+//
 // A quiet rank looks for wakes less often the longer it has been quiet (Rest: as long as it has been quiet, at most
 // kMaxRest), and a submission of its own ends the rest at once. Looking at every cycle woke each idle rank's thread
 // 1000 times a second at the default cycle, and a training step's computation lost more to the thread pre-empting
@@ -59,6 +65,8 @@ class QuietWake {
 
  private:
   static constexpr int kWakeTag = 1;
+  static constexpr int kConnectTag = 2;
+  void Connect();  // a message each way between this rank and every other, at Start (collective)
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   bool quiet_ = false;

@@ -8,6 +8,11 @@ the slow path, for names not yet agreed, and rounds that carry small all-reduces
 bits over the connections and rounds that carry small all-reduces' values over MPI (eager, random float32 values,
 many steps) interleave: those all-reduces equal the float64 reference on every rank and are bitwise equal across
 ranks, on 3 hosts x 1 rank and 2 hosts x 2 ranks.
+
+On 8 hosts of one rank each, over both of MPICH's network layers, ranks that go quiet between calls and wake each
+other (collectives of every kind, ranks arriving apart) finish every call with the reference results: a rank's wake
+message once blocked in MPI_Isend for good there (MPI's connection to a peer not yet made needs that peer to drive
+MPI's progress, and the peer was waiting for the rank in a round over the ring's TCP connections).
 """
 import os
 import re
@@ -59,7 +64,7 @@ hvd.shutdown()
 
 @pytest.fixture(scope="module")
 def hosts():
-    with hosts_for_tests(3, "the tests of rounds across hosts") as made:
+    with hosts_for_tests(8, "the tests of rounds across hosts") as made:  # the first 3 or 2 of them, or all
         yield made
 
 
@@ -86,3 +91,36 @@ def test_a_round_waiting_for_a_stopped_peer_keeps_no_core_busy_and_eager_values_
     for rank, (host, wall, cpu) in others.items():
         assert wall > 0.8 * PAUSE_S, f"rank {rank} did not wait for the stopped rank: {waited}"
         assert cpu < 0.2 * wall, f"rank {rank} kept {cpu / wall:.2f} of a core busy while it waited: {waited}"
+
+
+WAKES = """
+import time
+import numpy as np
+import hvdlite as hvd
+
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+for step in range(40):
+    out = hvd.allreduce(np.full(1 << 15, float(rank + step), np.float32), name=f"a{step % 4}", op=hvd.Sum)
+    assert np.all(out == sum(r + step for r in range(size))), step
+    rows = hvd.allgather(np.full((rank + 1, 3), rank, np.int64), name=f"g{step % 4}")
+    assert np.array_equal(rows[:, 0], np.repeat(np.arange(size), np.arange(1, size + 1))), step
+    b = hvd.broadcast(np.full(5, rank, np.float64), root_rank=step % size, name=f"b{step % 4}")
+    assert np.all(b == step % size), step
+    if step % 10 == 0:
+        time.sleep(0.05 * (rank % 3))  # ranks arrive apart: the first ones go quiet and are woken
+print(f"DONE {rank}", flush=True)
+hvd.shutdown()
+"""
+
+
+@pytest.mark.parametrize("network", ["ofi", "ucx"])
+def test_ranks_that_go_quiet_wake_each_other_on_8_hosts_of_one_rank(hosts, tmp_path, network):
+    script = tmp_path / "wakes.py"
+    script.write_text(WAKES)
+    env = dict(os.environ, **QUIET_THREADS, **NETWORK_LAYERS[network], HVDLITE_PROGRESS_TIMEOUT_SECONDS="60")
+    result = hosts.run("h1", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "-np", "8",
+                              "-H", ",".join(f"{h}:1" for h in hosts.names), sys.executable, str(script)],
+                       timeout=240, env=env, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert sorted(re.findall(r"DONE (\d+)", result.stdout)) == sorted(str(r) for r in range(8)), result.stdout[-6000:]
