@@ -3,6 +3,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace hvdlite_c10d {
@@ -28,6 +29,13 @@ c10::intrusive_ptr<c10::ivalue::Future> NewFuture(const Placement &placement) {
   if (!placement.work_stream) return c10::make_intrusive<c10::ivalue::Future>(type);
   // A CUDA future: its callbacks and waiters are ordered after the events it records on completion.
   return c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{placement.work_stream->device()});
+}
+
+// What is left of timeout_seconds since start (never below 0); -1 (no limit) for a negative timeout.
+double SecondsLeft(double timeout_seconds, std::chrono::steady_clock::time_point start) {
+  if (timeout_seconds < 0) return -1;
+  const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::max(0.0, timeout_seconds - spent);
 }
 
 }  // namespace
@@ -71,11 +79,7 @@ bool HvdliteWork::DriveLocked(double timeout_seconds) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (completed_) return true;
     }
-    double left = -1;
-    if (timeout_seconds >= 0) {
-      left = timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (left < 0) left = 0;
-    }
+    const double left = SecondsLeft(timeout_seconds, start);
     if (after) {
       // Its outcome is its own (its waiters see it); this Work only needs the name free.
       if (!after->Drive(left)) return false;
@@ -150,15 +154,11 @@ bool HvdliteWork::DriveAnyOf(double timeout_seconds) {
         owner.push_back(i);
       }
     }
-    double left = -1;
-    if (timeout_seconds >= 0) {
-      left = timeout_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (left < 0) left = 0;
-    }
+    const double left = SecondsLeft(timeout_seconds, start);
     const int index = hvdlite_wait_any_for(waiting.data(), static_cast<int32_t>(waiting.size()), left);
     if (index == -2) return false;
     if (index >= 0) any_of[owner[index]]->Drive(0);
-    // index -1 (no handles): a candidate between two stages; the next pass sees it done or with its new handles.
+    // index -1 (no handles left: every candidate has finished): the next pass takes one.
   }
 }
 
