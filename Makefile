@@ -83,8 +83,8 @@ sanitize-address sanitize-thread: sanitize-%: $(STAMPS)/hvdlite
 	@$(TIMED) "sanitize-$*" env PYTHON=$(abspath $(PYTHON)) bash tests/sanitizers/run.sh $*
 sanitize-address: native-unit-tests-asan
 
-# The pure parts of the core (fusion planning, buffer layout, response cache, slot and handle tables, reduce kernels) with
-# GoogleTest, built by CMake's unit-tests presets (no MPI, no Python).
+# The pure parts of the core (fusion planning, buffer layout, response cache, slot and handle tables, reduce
+# kernels) with GoogleTest, built by CMake's unit-tests presets (no MPI, no Python).
 native-unit-tests: UNIT_TESTS := unit-tests
 native-unit-tests-asan: UNIT_TESTS := unit-tests-address
 native-unit-tests native-unit-tests-asan: $(STAMPS)/mpi
