@@ -243,21 +243,23 @@ int hvdlite_wait_all(const hvdlite_handle *handles, int32_t count) {
   return Core::Get().WaitAll(handles, std::max(0, count));
 }
 
+namespace {
+
+// The wait's deadline: timeout_seconds from now, or none for a negative one (or NaN).
+std::chrono::steady_clock::time_point DeadlineAfter(double timeout_seconds) {
+  if (!(timeout_seconds >= 0)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
+}
+
+}  // namespace
+
 int hvdlite_wait_all_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds) {
-  if (!(timeout_seconds >= 0)) return hvdlite_wait_all(handles, count);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
-  return Core::Get().WaitAll(handles, std::max(0, count), deadline);
+  return Core::Get().WaitAll(handles, std::max(0, count), DeadlineAfter(timeout_seconds));
 }
 
 int hvdlite_wait_any_for(const hvdlite_handle *handles, int32_t count, double timeout_seconds) {
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  if (timeout_seconds >= 0) {
-    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                      std::chrono::duration<double>(std::min(timeout_seconds, 1e9)));
-  }
-  return Core::Get().WaitAny(handles, std::max(0, count), deadline);
+  return Core::Get().WaitAny(handles, std::max(0, count), DeadlineAfter(timeout_seconds));
 }
 
 int hvdlite_handle_error(hvdlite_handle handle, char *buffer, int buffer_len) {

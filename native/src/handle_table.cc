@@ -68,11 +68,7 @@ int HandleTable::WaitAll(const int64_t *handles, int32_t count, std::chrono::ste
     HandleState *state = nullptr;
     // Looked up again on each wake-up: another thread may release the handle meanwhile.
     auto finished = [&] { return !(state = Find(handles[i])) || state->done; };
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
-      done_.wait(lock, finished);
-    } else if (!done_.wait_until(lock, deadline, finished)) {
-      return kPending;
-    }
+    if (!WaitUntil(lock, deadline, finished)) return kPending;
     if (!state) return -1;
     if (!state->error.empty() && first_failure == 0) first_failure = i + 1;
   }
@@ -92,11 +88,7 @@ int HandleTable::WaitAny(const int64_t *handles, int32_t count, std::chrono::ste
     }
     return false;
   };
-  if (deadline == std::chrono::steady_clock::time_point::max()) {
-    done_.wait(lock, one_finished);
-  } else {
-    done_.wait_until(lock, deadline, one_finished);
-  }
+  WaitUntil(lock, deadline, one_finished);
   return index;
 }
 

@@ -96,6 +96,17 @@ class HandleTable {
 
   std::mutex mutex_;
   std::condition_variable done_;
+  // Waits on done_ until finished() (true) or the deadline (false); time_point::max() is no deadline (wait_until
+  // with it would overflow the clock's arithmetic).
+  template <typename Finished>
+  bool WaitUntil(std::unique_lock<std::mutex> &lock, std::chrono::steady_clock::time_point deadline,
+                 Finished finished) {
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      done_.wait(lock, finished);
+      return true;
+    }
+    return done_.wait_until(lock, deadline, finished);
+  }
   // A handle is a slot's token: creating, completing, waiting for and releasing one is an array access. As many
   // slots as requests were ever in flight at once: nothing grows with the number of steps.
   static constexpr size_t kHandleSlotAlignment = 64;
