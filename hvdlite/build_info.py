@@ -109,13 +109,23 @@ def check_same_mpi(runtime_version, info=None):
 
 
 def check_launcher(runtime_version, world_size, info=None, environ=None):
-    """Returns why this process must not go on (or None): a different MPI's mpiexec started it as one of many
-    ranks, but its own MPI sees a job of one, so every rank would train alone."""
+    """Returns why this process must not go on (or None): a different MPI's mpiexec, or srun without a PMI that
+    MPI takes, started it as one of many ranks, but its own MPI sees a job of one, so every rank would train
+    alone."""
     if world_size != 1:
         return None
     info = read() if info is None else info
     environ = os.environ if environ is None else environ
     runtime_family = mpi_family(runtime_version)
+    srun_tasks = environ.get("SLURM_STEP_NUM_TASKS", "1")
+    if srun_tasks.isdigit() and int(srun_tasks) > 1 and \
+            not any(variable in environ for _, variable in _LAUNCHER_SIZE_VARIABLES):
+        pmi = "pmix" if _abi(runtime_family) == "Open MPI" else "pmi2"
+        return (f"this process is task {environ.get('SLURM_PROCID', '?')} of {srun_tasks} that srun started, but "
+                f"{_name_and_version(runtime_version)} sees a job of one: srun gave it no process manager interface "
+                f"it takes (srun --mpi=none, or the cluster's MpiDefault), so every task would train alone. Fix: "
+                f"srun --mpi={pmi} ... (`srun --mpi=list` lists what this Slurm has), or hvdliterun in the "
+                f"allocation's batch script, which starts the ranks through srun itself")
     for launcher, variable in _LAUNCHER_SIZE_VARIABLES:
         try:
             launched = int(environ.get(variable, "1"))

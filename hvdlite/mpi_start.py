@@ -27,12 +27,30 @@ def started_by_torch(environ=None, process_name=None):
     return process_name != "MainProcess"
 
 
+def started_by_slurms_pmi(environ=None):
+    """Whether srun started this process with Slurm's own PMI server (srun --mpi=pmi2), whose job id is Slurm's
+    job and step (an MPI launcher's PMI inside a step, such as hydra's under hvdliterun, names its job otherwise)."""
+    environ = os.environ if environ is None else environ
+    job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
+    return bool(job and step) and environ.get("PMI_JOBID") == f"{job}.{step}"
+
+
+# MPICH's network layer under Slurm's PMI server. MPICH's wheels speak PMI-1 to it, and cut a long address (UCX's)
+# into values as long as Slurm says a value may be; the line that carries such a value is longer than Slurm reads,
+# so the address arrives garbled (Slurm logs "mpi/pmi2: value not properly terminated in client request"; MPI_Init
+# fails, or UCX asserts). libfabric's addresses fit in one short value.
+SLURM_PMI_NETWORK_LAYER = {"MPIR_CVAR_CH4_NETMOD": "ofi"}
+
+
 def import_mpi():
     """mpi4py's MPI: started now, or, in a process that torch's launchers started, left to start later."""
     if "mpi4py.MPI" not in sys.modules and started_by_torch():
         import mpi4py
         mpi4py.rc.initialize = False
         mpi4py.rc.finalize = True  # at exit, though mpi4py did not start it
+    if "mpi4py.MPI" not in sys.modules and started_by_slurms_pmi():
+        for name, value in SLURM_PMI_NETWORK_LAYER.items():
+            os.environ.setdefault(name, value)  # a layer the user chose is kept
     from mpi4py import MPI
     return MPI
 

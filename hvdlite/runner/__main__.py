@@ -6,7 +6,7 @@ import sys
 
 from . import binding, rank_output, torch_variables
 from .arguments import job_hosts, parse_args
-from .command import abort_on_exception, build_command, ssh_variables
+from .command import abort_on_exception, build_command, mpiexec_variables
 from .commit_removal import remove_commits
 from .elastic import Supervisor
 from .horovodrun_flags import tcp_variables
@@ -14,7 +14,7 @@ from .hosts import rank_placement
 from .job import new_job_id, run_job
 from .protocol import (COMMITTED, JOB_MARKER, JOB_VARIABLE, LAUNCHER_VARIABLE, NOTIFY_VARIABLE, OUTER_JOB_VARIABLE,
                        RESTART_VARIABLE, SECRET_VARIABLE)
-from .mpiexec import OPENMPI, detect_flavour, find_mpiexec
+from .mpiexec import OPENMPI, SLURM, detect_flavour, find_mpiexec
 from .reachability import is_this_host, this_host_names, unreachable_hosts
 from .report_port import report_addresses
 
@@ -57,8 +57,11 @@ def describe_hosts(hosts, args, out, flavour):
     """One line per host: its ranks, and how its processes are started."""
     local = this_host_names()  # once: getfqdn may ask a name server
     for name, ranks in rank_placement(hosts, args.num_proc, spread_extra=flavour == OPENMPI).items():
-        launcher = shlex.join([args.launcher_exec or "ssh", *args.ssh_args])
-        how = "this host" if is_this_host(name, local) else f"started through `{launcher} {name} ...`"
+        if args.launcher == SLURM:
+            how = "started through srun"
+        else:
+            launcher = shlex.join([args.launcher_exec or "ssh", *args.ssh_args])
+            how = "this host" if is_this_host(name, local) else f"started through `{launcher} {name} ...`"
         print(f"hvdliterun: {name}: ranks {', '.join(map(str, ranks)) or 'none'} ({how})", file=out, flush=True)
 
 
@@ -92,8 +95,8 @@ def launch(args):
     forward = sorted({n for n in os.environ if not _NOT_FORWARDED.fullmatch(n)} | set(launcher_variables(args))) \
         if flavour == OPENMPI else ()
     hosts = job_hosts(args)
-    mpiexec_variables = ssh_variables(flavour, args.ssh_args)  # mpiexec's own, not the ranks'
-    launch_env = dict(os.environ, **env, **mpiexec_variables)
+    own_variables = mpiexec_variables(flavour, args.ssh_args, args.launcher)  # mpiexec's, not the ranks'
+    launch_env = dict(os.environ, **env, **own_variables)
 
     def command_for(chosen_hosts, num_proc, hostfile=None, what=program):
         placement = binding.plan(args.bind_to, num_proc, chosen_hosts, binding.allowed_cpus())
@@ -101,19 +104,19 @@ def launch(args):
                              hostfile=hostfile, forward_env=forward, run_as_root=os.geteuid() == 0,
                              binding=binding.binding_arguments(flavour, placement), launcher_exec=args.launcher_exec,
                              interfaces=args.interfaces, mpi_args=args.mpi_args, ssh_args=args.ssh_args,
-                             tcp_only=args.tcp)
+                             tcp_only=args.tcp, launcher=args.launcher)
     if args.host_discovery_script:
         return Supervisor(args, command_for, launch_env, _log).run()
     argv = command_for(args.hosts, args.num_proc, args.hostfile)
     if args.verbose or args.dry_run:
         out = sys.stderr if args.verbose and not args.dry_run else sys.stdout
-        print(" ".join([f"{name}={shlex.quote(value)}" for name, value in mpiexec_variables.items()] +
+        print(" ".join([f"{name}={shlex.quote(value)}" for name, value in own_variables.items()] +
                        [shlex.join(argv)]), file=out, flush=True)
         if hosts:
             describe_hosts(hosts, args, out, flavour)
     if args.dry_run:
         return 0
-    if hosts and args.host_check:
+    if hosts and args.host_check and args.launcher != SLURM:  # Slurm's hosts are reached through srun
         problems = unreachable_hosts([host.name for host in hosts], args.launcher_exec, ssh_args=args.ssh_args)
         for problem in problems:
             _log(problem)
@@ -138,7 +141,7 @@ def run_once(args, argv, env, command_for):
     outcome = run_job(argv, env, new_job_id(), log=_log if args.verbose else None, ranks=args.num_proc,
                       start_timeout=args.start_timeout, listen_on=report_addresses(hosts, args.interfaces))
     if outcome.code != 0 and COMMITTED in outcome.reports and not outer_job:
-        remove_commits(job, hosts, env, command_for, args.launcher_exec, _log, args.ssh_args)
+        remove_commits(job, hosts, env, command_for, args.launcher_exec, _log, args.ssh_args, args.launcher)
     return outcome.code
 
 

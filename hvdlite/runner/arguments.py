@@ -4,8 +4,9 @@ import os
 import shlex
 
 from .. import __version__, config
-from . import binding, config_file, horovodrun_flags, start_watch
+from . import binding, config_file, horovodrun_flags, slurm, start_watch
 from .hosts import parse_host_list, read_hostfile
+from .mpiexec import FORK, SLURM
 
 USAGE = ("hvdliterun -np N [-H host:slots,...|--hostfile FILE] [-p PORT] [-i KEY] [--launcher-exec PROGRAM] "
          "[--no-host-check] [--network-interface NAMES] [--bind-to auto|cpus|none] "
@@ -161,6 +162,9 @@ def parse_args(argv=None):
     try:
         args.hosts = parse_host_list(args.hosts) if args.hosts else None
         args.hostfile = read_hostfile(args.hostfile) if args.hostfile else None
+        args.launcher = launcher_for(args, os.environ)
+        if args.launcher == SLURM:
+            args.hosts = slurm.allocation_hosts(os.environ)
         args.tuning_env = tuning_env(args)
         args.warnings = horovodrun_flags.ignored_warnings(args)
         if args.config_file:
@@ -170,6 +174,19 @@ def parse_args(argv=None):
     except (OSError, ValueError) as error:
         parser.error(str(error))
     return args
+
+
+def launcher_for(args, environ):
+    """How mpiexec starts the ranks: SLURM inside a Slurm allocation (a batch script, salloc's shell) when no hosts
+    and no launcher program are given; FORK inside a job step without hosts (another srun would wait for the
+    CPUs the step holds, which mpiexec itself would ask for when it sees Slurm's variables); else None (ssh or
+    --launcher-exec to the hosts given, this host when none)."""
+    if args.hosts or args.hostfile or args.host_discovery_script or args.launcher_exec or \
+            not environ.get("SLURM_JOB_ID"):
+        return None
+    if slurm.in_job_step(environ):
+        return FORK
+    return SLURM if slurm.allocation_hosts(environ) else None
 
 
 def _ssh_args(parser, args):
@@ -201,5 +218,5 @@ def tuning_env(args):
 
 
 def job_hosts(args):
-    """The hosts given with -H or --hostfile, or None (this host)."""
+    """The hosts given with -H or --hostfile (or the Slurm allocation's), or None (this host)."""
     return args.hosts or (args.hostfile.hosts if args.hostfile else None)

@@ -4,7 +4,7 @@ import re
 
 from .horovodrun_flags import OPENMPI_TCP_OPTIONS
 from .hosts import host_list_text
-from .mpiexec import HYDRA, OPENMPI
+from .mpiexec import FORK, HYDRA, OPENMPI, SLURM
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
 _PYTHON_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
@@ -52,9 +52,15 @@ def _open_mpi_mapping(binding):
     return ["--map-by", "slot:OVERSUBSCRIBE", *binding]
 
 
-def ssh_variables(flavour, ssh_args):
-    """Variables for mpiexec itself (not the ranks) that give ssh, or the launcher program, the options ssh_args
-    (-p PORT, -i FILE): hydra reads them from HYDRA_LAUNCHER_EXTRA_ARGS (Open MPI from an option: build_command)."""
+def mpiexec_variables(flavour, ssh_args, launcher=None):
+    """Variables for mpiexec itself (not the ranks) that give its launcher options: ssh (or the launcher program)
+    ssh_args (-p PORT, -i FILE), which hydra reads from HYDRA_LAUNCHER_EXTRA_ARGS (Open MPI from an option:
+    build_command); srun (SLURM) --cpu-bind=none, so that where Slurm binds tasks to CPUs the one process mpiexec
+    starts on each host (which starts that host's ranks) is not bound to one CPU, as Open MPI asks for its own."""
+    if flavour == HYDRA and launcher == SLURM:
+        return {"HYDRA_LAUNCHER_EXTRA_ARGS": "--cpu-bind=none"}
+    if flavour == OPENMPI and launcher == SLURM:
+        return {"SLURM_CPU_BIND": "none"}
     return {"HYDRA_LAUNCHER_EXTRA_ARGS": " ".join(ssh_args)} if flavour == HYDRA and ssh_args else {}
 
 
@@ -70,7 +76,7 @@ def interface_variables(interfaces):
 
 def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hostfile=None, forward_env=(),
                   run_as_root=False, binding=(), launcher_exec=None, interfaces=(), mpi_args=(), ssh_args=(),
-                  tcp_only=False):
+                  tcp_only=False, launcher=None):
     """mpiexec argv that starts num_proc copies of program with env (name -> value) set on every rank.
 
     hosts: list of Host; hostfile: a Hostfile (passed through when its style suits the flavour, else inlined).
@@ -78,8 +84,10 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
     hosts by itself; hydra does). run_as_root: Open MPI refuses root without --allow-run-as-root.
     binding: mpiexec options that bind the ranks to CPUs (binding.binding_arguments), after the process count.
     launcher_exec: the program that starts processes on other hosts in ssh's place (called as ssh would be).
+    launcher: SLURM (srun starts the processes on the allocation's hosts), FORK (this host alone, inside a Slurm
+    job step) or None (ssh, or launcher_exec).
     ssh_args: options for ssh or that program (-p PORT, -i FILE); hydra takes them from mpiexec's environment
-    (ssh_variables), Open MPI here.
+    (mpiexec_variables), Open MPI here.
     tcp_only: Open MPI's TCP transport between hosts (hydra's ranks are told by variables: horovodrun_flags).
     interfaces: the network interfaces the job's traffic (its launch included) may use; none: MPI's choice.
     mpi_args: further mpiexec options, placed last before the program.
@@ -91,6 +99,11 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
         argv = [mpiexec, "-n", str(num_proc), *binding]
         if launcher_exec:
             argv += ["-launcher", "ssh", "-launcher-exec", launcher_exec]
+        elif launcher == SLURM:
+            argv += ["-launcher", "slurm"]
+        elif launcher == FORK:
+            # Without -rmk user hydra would still spread the ranks over the allocation's hosts, started here.
+            argv += ["-launcher", "fork", "-rmk", "user"]
         if interfaces:
             argv += ["-iface", interfaces[0]]  # where the proxies connect back to mpiexec
         if hosts:
@@ -106,6 +119,11 @@ def build_command(flavour, mpiexec, num_proc, program, env=None, hosts=None, hos
             argv.append("--allow-run-as-root")
         if launcher_exec:
             argv += ["--mca", "plm_rsh_agent", launcher_exec]
+        elif launcher == SLURM:
+            argv += ["--prtemca", "plm", "slurm"]
+        elif launcher == FORK:
+            # This host's slots only, not the allocation's (whose srun would wait for the step's CPUs).
+            argv += ["--prtemca", "ras", "^slurm", "--prtemca", "plm", "^slurm"]
         if ssh_args:
             argv += ["--prtemca", "plm_ssh_args", " ".join(ssh_args)]
         if tcp_only:

@@ -10,6 +10,7 @@ from . import commit_folders
 from .protocol import JOB_VARIABLE, NOTIFY_VARIABLE, RESTART_VARIABLE
 from .hosts import Host
 from .job import new_job_id, run_job
+from .mpiexec import SLURM
 from .reachability import host_problems
 
 REMOVAL_SECONDS = 60.0  # the most the removal may take, on all the job's hosts at once
@@ -24,13 +25,13 @@ def kept_by_user(env, log):
     return bool(kept)
 
 
-def remove_commits(job, host_names, env, build_argv, launcher_exec, log, ssh_args=()):
+def remove_commits(job, host_names, env, build_argv, launcher_exec, log, ssh_args=(), launcher=None):
     """Removes job ``job``'s commits on the hosts named (none: this host), through mpiexec as the job was started
     (``build_argv(hosts or None, num_proc, what=program)``), with the ranks' environment ``env``."""
     if kept_by_user(env, log):
         return
-    # Only hosts that answer: mpiexec would wait for the others.
-    lost = host_problems(host_names, launcher_exec, ssh_args=ssh_args)
+    # Only hosts that answer: mpiexec would wait for the others (a Slurm allocation's hosts answer through srun).
+    lost = {} if launcher == SLURM else host_problems(host_names, launcher_exec, ssh_args=ssh_args)
     hosts = [Host(name, 1) for name in host_names if name not in lost]
     if host_names and not hosts:
         return

@@ -118,7 +118,8 @@ class Supervisor:
                 signal.signal(sig, handler)
         if code != 0 and COMMITTED in self.reports:
             remove_commits(self.job, [name for name in self.ran_on if not self.blacklist.excludes(name)], self.env,
-                           self.build_argv, self.args.launcher_exec, self.log, self.args.ssh_args)
+                           self.build_argv, self.args.launcher_exec, self.log, self.args.ssh_args,
+                           self.args.launcher)
         return code
 
     def _told_to_stop(self, signum, _frame):

@@ -7,6 +7,10 @@ import sys
 HYDRA = "hydra"      # MPICH, Intel MPI, MVAPICH
 OPENMPI = "openmpi"
 
+# How mpiexec starts processes when not through ssh (or a program called as ssh is):
+SLURM = "slurm"  # through srun, on the hosts of the Slurm allocation the launcher runs in
+FORK = "fork"    # on this host alone, without srun, inside a Slurm job step (which holds the CPUs srun would want)
+
 from .. import build_info
 
 

@@ -73,6 +73,12 @@ def expand_counts(text):
     return counts
 
 
+def in_job_step(environ):
+    """Whether this process runs in a job step (srun started it, or a shell it started) rather than in the
+    allocation's batch script or salloc's shell: a step holds the allocation's CPUs, so another srun would wait."""
+    return bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_STEP_ID"))
+
+
 def allocation_hosts(environ):
     """[Host(name, slots)] of the allocation this process runs in (slots: the tasks Slurm gives each host, else its
     CPUs), or None outside one."""

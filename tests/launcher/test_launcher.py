@@ -17,7 +17,7 @@ import hvdlite
 import hvdlite.runner
 from hvdlite.runner import binding
 from hvdlite.runner.arguments import parse_args
-from hvdlite.runner.command import abort_on_exception, build_command, ssh_variables
+from hvdlite.runner.command import abort_on_exception, build_command, mpiexec_variables
 from hvdlite.runner.hosts import Host, parse_host_list, rank_placement, read_hostfile
 from hvdlite.runner.job import processes_with_environment
 from hvdlite.runner.mpiexec import HYDRA, OPENMPI, flavour_from_version_text
@@ -215,8 +215,8 @@ def test_ssh_port_and_key_reach_each_mpis_ssh_and_the_host_check(tmp_path):
     key.write_text("not read here")
     args = parse_args(["-np", "2", "-H", "a:1,b:1", "-p", "2222", "-i", str(key), "prog"])
     assert args.ssh_args == ["-p", "2222", "-i", str(key)]
-    assert ssh_variables(HYDRA, args.ssh_args) == {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-p 2222 -i {key}"}
-    assert ssh_variables(OPENMPI, args.ssh_args) == {} and ssh_variables(HYDRA, []) == {}
+    assert mpiexec_variables(HYDRA, args.ssh_args) == {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-p 2222 -i {key}"}
+    assert mpiexec_variables(OPENMPI, args.ssh_args) == {} and mpiexec_variables(HYDRA, []) == {}
     argv = build_command(OPENMPI, "mpirun", 2, ["prog"], ssh_args=args.ssh_args)
     assert argv[argv.index("plm_ssh_args") - 1:argv.index("plm_ssh_args") + 2] == [
         "--prtemca", "plm_ssh_args", f"-p 2222 -i {key}"]
