@@ -3,7 +3,8 @@ harness/slurm_cluster.py), 2 hosts x 2 ranks, with hvdlite's default MPI (MPICH'
 
 - `srun --mpi=pmi2 python train.py` (Slurm's PMI-2 serves MPICH's ranks): ranks, local ranks and hosts as Slurm
   places them; a Horovod-API training reaches the accuracy of the same training in one process; the
-  torch.distributed backend's DDP script trains; without a PMI (`--mpi=none`) every task fails saying so;
+  torch.distributed backend's DDP script trains; without a PMI (`--mpi=none`) every task fails saying so; with
+  --kill-on-bad-exit a killed task ends the step on both hosts;
 - `sbatch` of a script calling `hvdliterun -np 4 python train.py`: hvdliterun takes the allocation's hosts and
   slots from Slurm's variables and starts the ranks through srun (not ssh: no host here runs sshd); a job that a
   rank fails restarts inside the allocation (--max-restarts) and resumes from its last commit; a killed rank ends
@@ -262,6 +263,20 @@ def test_a_killed_rank_ends_the_job_on_every_host(slurm, tmp_path):
     time.sleep(1)  # processes just killed may still be leaving
     assert not _ranks_left(slurm, str(tmp_path / "loop.py")), output[-3000:]
     assert took < 60 + ENDS_WITHIN_S, took
+
+
+def test_srun_with_kill_on_bad_exit_ends_every_task_when_one_is_killed(slurm, tmp_path):
+    """srun starting the ranks itself: --kill-on-bad-exit=1 (the flag docs/launcher.md tells users to give) ends
+    the step on both hosts when a task is killed."""
+    (tmp_path / "loop.py").write_text(LOOP)
+    started = time.monotonic()
+    result = slurm.run("h1", ["srun", *TASKS, "--mpi=pmi2", "--kill-on-bad-exit=1", sys.executable,
+                              str(tmp_path / "loop.py"), str(tmp_path), "die"], timeout=120, env=slurm.env(**_env()))
+    took = time.monotonic() - started
+    assert result.returncode != 0 and "task 3: Killed" in result.stdout, result.stdout[-6000:]
+    assert all((tmp_path / f"started{rank}").exists() for rank in range(4)), result.stdout[-6000:]
+    assert took < ENDS_WITHIN_S, (took, result.stdout[-3000:])
+    assert not _ranks_left(slurm, str(tmp_path / "loop.py"))
 
 
 def test_scancel_ends_every_rank(slurm, tmp_path):
