@@ -22,17 +22,17 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: test check check-long test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
-	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda test-image-cpu \
-	test-image-cuda clean
+	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda image-mpijob test-image-cpu \
+	test-image-mpijob test-image-cuda clean
 
-QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long
+QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long and not mpijob_image
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
 # The venv, the core and the torch.distributed backend are built first, so that make test's time is the tests'.
 check:
 	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-openmpi \
-		sanitize-address sanitize-thread test-image-cpu
+		sanitize-address sanitize-thread test-image-cpu test-image-mpijob
 
 # What does not fit make check's budget (tests marked check_long): run before an issue is called done.
 check-long: native
@@ -43,7 +43,8 @@ test-quick: native
 
 # What make test leaves out: the other rank counts of multi-rank tests and the tests that need root. The 4-rank
 # variants of the tests marked across_hosts run on 2 hosts x 2 ranks instead (make test-across-hosts), not here.
-VARIANT_TESTS := not ($(QUICK_TESTS)) and not (extra_ranks and ranks_4 and across_hosts) and not check_long
+VARIANT_TESTS := not ($(QUICK_TESTS)) and not (extra_ranks and ranks_4 and across_hosts) and not check_long \
+	and not mpijob_image
 test-variants: native
 	@$(TIMED) "pytest -m '$(VARIANT_TESTS)'" $(PYTEST) -m "$(VARIANT_TESTS)"
 
@@ -108,9 +109,12 @@ IMAGE_BUILD_ARGS := --network host \
 IMAGE_BUILD_FLAGS := $(if $(filter podman,$(CONTAINER)),--layers=false)
 DOCKERFILE_cpu := Dockerfile
 DOCKERFILE_cuda := docker/cuda.Dockerfile
+DOCKERFILE_mpijob := docker/mpijob.Dockerfile
 # The image needs about 6 GB free while it is built, on a disk other machines may share: what is free is printed first,
 # so that a "no space left on device" can be told apart.
-image-cpu image-cuda: image-%:
+# The MPIJob image is the CPU image plus OpenSSH: built on the one just built.
+image-mpijob: image-cpu
+image-cpu image-cuda image-mpijob: image-%:
 	$(if $(filter podman,$(CONTAINER)),bash docker/setup-podman.sh)
 	@df -h / | tail -n 1 | awk '{print "image-$*: " $$4 " free on / before the build"}'
 	@start=$$(date +%s); replaced=$$($(CONTAINER) image inspect --format '{{.Id}}' hvdlite:$* 2>/dev/null || true); \
@@ -130,6 +134,11 @@ test-image-cpu: image-cpu
 		pytest-timeout && PYTHONPATH=/tmp/pytest python -m pytest -q -p no:cacheprovider \
 		/opt/tests/core/test_core_init.py /opt/tests/numpy/test_numpy_arrays.py \
 		"/opt/tests/torch/test_torch_backend_build.py::test_the_ddp_example_trains_on_a_backend_built_ahead_without_compiling"'
+
+# The MPI Operator's contract on simulated hosts: the MPIJob image's sshd in worker pods, its launcher pod running
+# hvdliterun on the operator's hostfile and discovery script (tests marked mpijob_image).
+test-image-mpijob: image-mpijob
+	@$(TIMED) "pytest -m mpijob_image" $(PYTEST) -m mpijob_image
 
 # The CUDA image where there is no GPU: hvdlite imports, reports no NCCL, and the example trains on the CPU path.
 test-image-cuda: image-cuda

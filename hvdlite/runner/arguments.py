@@ -53,7 +53,7 @@ def _add_restart_flags(parser):
                        help="elastic: fewest ranks to run with (default: -np)")
     group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
                        help="elastic: most ranks to run with (default: all slots)")
-    group.add_argument("--slots-per-host", type=int, default=1, metavar="N",
+    group.add_argument("--slots-per-host", "--slots", dest="slots_per_host", type=int, default=1, metavar="N",
                        help="elastic: slots of a host the discovery script lists without a count (default 1)")
     group.add_argument("--elastic-timeout", type=float, default=600.0, metavar="SECONDS",
                        help="elastic: how long to wait for --min-np slots before giving up (default 600)")
