@@ -270,6 +270,28 @@ exec ip netns exec "{self._tag}-$host" unshare --uts sh -c 'hostname "$0" && exe
             self._folder = None
 
 
+def mount_cgroups_command():
+    """Shell commands that mount this machine's cgroup hierarchies (v1 or v2) at /sys/fs/cgroup again, for a command
+    in a host that needs them (slurmd, a container runtime): `ip netns exec` gives each host a /sys of its own,
+    without them. Run in the host's own mount namespace, they change nothing outside it."""
+    commands = []
+    with open("/proc/self/mounts") as stream:
+        for line in stream:
+            source, target, kind, options = line.split()[:4]
+            if not target.startswith("/sys/fs/cgroup"):
+                continue
+            if kind == "tmpfs" and target == "/sys/fs/cgroup":
+                commands.append("mount -t tmpfs cgroup_root /sys/fs/cgroup")
+            elif kind in ("cgroup", "cgroup2"):
+                wanted = ",".join(o for o in options.split(",") if o not in ("rw", "relatime", "nosuid", "nodev",
+                                                                             "noexec"))
+                commands.append(f"mkdir -p {target} && mount -t {kind} {'-o ' + wanted if wanted else ''} "
+                                f"{source} {target}")
+    if not commands:
+        raise RuntimeError("this machine has no cgroup file system at /sys/fs/cgroup, which slurmd needs")
+    return " && ".join(commands)
+
+
 # Succeeds when a TCP connection to the address (port 22, as ssh's) is refused or accepted (the address answers);
 # fails on a timeout or no route. Arguments: address, seconds.
 _CONNECT_PROBE = """

@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 import time
 
+from .simulated_hosts import mount_cgroups_command
+
 MUNGED = "/usr/sbin/munged"
 SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
@@ -52,26 +54,6 @@ MessageTimeout=10
 {nodes}
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
-
-
-def _mount_cgroups():
-    """Shell commands that mount this machine's cgroup hierarchies (v1 or v2) at /sys/fs/cgroup again."""
-    commands = []
-    with open("/proc/self/mounts") as stream:
-        for line in stream:
-            source, target, kind, options = line.split()[:4]
-            if not target.startswith("/sys/fs/cgroup"):
-                continue
-            if kind == "tmpfs" and target == "/sys/fs/cgroup":
-                commands.append("mount -t tmpfs cgroup_root /sys/fs/cgroup")
-            elif kind in ("cgroup", "cgroup2"):
-                wanted = ",".join(o for o in options.split(",") if o not in ("rw", "relatime", "nosuid", "nodev",
-                                                                             "noexec"))
-                commands.append(f"mkdir -p {target} && mount -t {kind} {'-o ' + wanted if wanted else ''} "
-                                f"{source} {target}")
-    if not commands:
-        raise RuntimeError("this machine has no cgroup file system at /sys/fs/cgroup, which slurmd needs")
-    return " && ".join(commands)
 
 
 def missing():
@@ -155,7 +137,7 @@ class SlurmCluster:
             # slurmd needs the cgroup file system (its cgroup plugin loads whatever the plugins in use), which
             # `ip netns exec` hides under a /sys of the namespace's own: the machine's hierarchies are mounted again,
             # in the host's own mount namespace only.
-            self.hosts.popen(name, ["sh", "-c", _mount_cgroups() + ' && exec "$@"',
+            self.hosts.popen(name, ["sh", "-c", mount_cgroups_command() + ' && exec "$@"',
                                     "slurmd", SLURMD, "-D", "-N", name, "-f", self.config], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self._wait_for(self._all_idle, "every node idle in sinfo", seconds=60)
