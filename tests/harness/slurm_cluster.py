@@ -127,6 +127,10 @@ class SlurmCluster:
         with open(self.config, "w") as stream:
             stream.write(_CONFIG.format(controller=controller, controller_address=self.hosts.address(controller),
                                         folder=self.folder, nodes=nodes))
+        with open(os.path.join(self.folder, "cgroup.conf"), "w") as stream:
+            # Beside slurm.conf, where Slurm reads it. Where the machine has cgroup v2, Slurm's plugin would otherwise
+            # ask systemd (which runs in no simulated host) for a scope.
+            stream.write("CgroupPlugin=autodetect\nIgnoreSystemd=yes\n")
         os.makedirs(os.path.join(self.folder, "state"))
         env = self.env()
         # -D: in the foreground, so that each is a process of its host that the hosts' teardown also ends.
