@@ -4,35 +4,24 @@ The declarations come from the one C header, so Python and C cannot drift apart.
 before the library (mpi4py does it), so that the core binds to the same libmpi as mpi4py.
 """
 import importlib
-import os
-import re
 
 import cffi
 
-from . import build_info
+from . import build_info, native_header
 from .mpi_start import import_mpi
 from .runner.protocol import STARTED, STARTING, report_mpi_start
-
-_SOURCE_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "native", "include", "hvdlite.h")
-
-
-def _declarations(header_text):
-    # cffi's cdef takes plain declarations: drop the C++ guards and every preprocessor line.
-    text = re.sub(r"#ifdef __cplusplus.*?#endif", "", header_text, flags=re.S)
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
 def _load():
     library = build_info.native_file("libhvdlite_core.so")
-    header = build_info.native_file("hvdlite.h") or (_SOURCE_HEADER if os.path.exists(_SOURCE_HEADER) else None)
+    header = native_header.path()
     if header is None or library is None:
         raise ImportError(
             f"hvdlite's native core is not built (no libhvdlite_core.so in {', '.join(build_info.native_dirs())}): "
             "install with `pip install .` (see the README)")
     ffi = cffi.FFI()
     with open(header) as f:
-        ffi.cdef(_declarations(f.read()))
+        ffi.cdef(native_header.declarations(f.read()))
     build_info.check_same_mpi(MPI.Get_library_version())
     # The extension before the core: importing it is what makes an editable install rebuild what changed, and it
     # loads the core (its dependency, by soname) that the dlopen below then shares.

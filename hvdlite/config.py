@@ -9,13 +9,17 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from .native_header import enum_choices
+
 MiB = 1024 * 1024
 
-LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")  # index = native log level
-ALLREDUCE_ALGORITHMS = ("auto", "ring", "mpi", "direct", "hierarchical")  # index = enum hvdlite_allreduce_algorithm
-OVERLAP_MODES = ("auto", "on", "off")  # index = enum hvdlite_overlap
-CARRIED_ROUNDS_MODES = ("auto", "on", "off")  # index = enum hvdlite_carried_rounds
-CROSS_HOST_TRANSPORTS = ("tcp", "mpi")  # index = enum hvdlite_cross_host_transport
+# The choices of the settings that hand the core an enum, read from the header's enums: a choice's index is the
+# enum's value, so a value added to the header is a choice here.
+LOG_LEVELS = enum_choices("hvdlite_log_level")                       # trace, debug, info, warning, error, fatal
+ALLREDUCE_ALGORITHMS = enum_choices("hvdlite_allreduce_algorithm")   # auto, ring, mpi, direct, hierarchical
+OVERLAP_MODES = enum_choices("hvdlite_overlap")                      # auto, on, off
+CARRIED_ROUNDS_MODES = enum_choices("hvdlite_carried_rounds")        # auto, on, off
+CROSS_HOST_TRANSPORTS = enum_choices("hvdlite_cross_host_transport")  # tcp, mpi
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off", "")

@@ -65,6 +65,16 @@ enum hvdlite_carried_rounds {
   HVDLITE_CARRIED_ROUNDS_OFF = 2
 };
 
+/* The core's log levels (hvdlite_config.log_level): lines below the level are not written. */
+enum hvdlite_log_level {
+  HVDLITE_LOG_TRACE = 0,
+  HVDLITE_LOG_DEBUG = 1,
+  HVDLITE_LOG_INFO = 2,
+  HVDLITE_LOG_WARNING = 3,
+  HVDLITE_LOG_ERROR = 4,
+  HVDLITE_LOG_FATAL = 5
+};
+
 /* AUTO on one host: MPI_Allreduce below auto_ring_min_bytes; from there DIRECT where the ranks may read each
  * other's memory (process_vm_readv), else RING. AUTO across hosts: MPI_Allreduce below
  * auto_cross_host_ring_min_bytes; from there HIERARCHICAL where every host has as many ranks, else RING.
@@ -98,7 +108,7 @@ typedef struct {
   int64_t auto_cross_host_ring_min_bytes; /* auto across hosts, and the hierarchical one's step across hosts:
                                              the ring from this many bytes, MPI below; negative: by layout
                                              (256 KiB where every host has one rank, else 1 MiB) */
-  int32_t log_level;                /* 0 trace, 1 debug, 2 info, 3 warning, 4 error, 5 fatal */
+  int32_t log_level;                /* enum hvdlite_log_level */
   const char *timeline_path;        /* NULL or "" for none */
   int32_t timeline_mark_cycles;
   int32_t autotune;                 /* tune fusion threshold and cycle time online */

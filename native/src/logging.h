@@ -2,9 +2,19 @@
 #pragma once
 #include <string>
 
+#include "hvdlite.h"
+
 namespace hvdlite {
 
-enum class LogLevel : int { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kFatal = 5 };
+// The C API's levels (hvdlite_config.log_level), under C++'s names.
+enum class LogLevel : int {
+  kTrace = HVDLITE_LOG_TRACE,
+  kDebug = HVDLITE_LOG_DEBUG,
+  kInfo = HVDLITE_LOG_INFO,
+  kWarning = HVDLITE_LOG_WARNING,
+  kError = HVDLITE_LOG_ERROR,
+  kFatal = HVDLITE_LOG_FATAL
+};
 
 void SetLogLevel(int level);
 void SetLogRank(int rank);

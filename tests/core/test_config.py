@@ -6,7 +6,7 @@ import cffi
 import pytest
 
 from harness.processes import ROOT
-from hvdlite import config
+from hvdlite import config, native_header
 
 
 def _config_ffi():
@@ -118,6 +118,43 @@ def test_to_native_fills_the_c_struct():
     assert native.cross_host_transport == 1  # HVDLITE_CROSS_HOST_MPI
     assert ffi.string(native.network_interfaces) == b"eth1,ib0"
     assert len(keepalive) == 3
+
+
+# Each setting whose field in hvdlite_config (of the same name) is an enum of the header: (setting, enum, the prefix
+# of its constants).
+ENUM_SETTINGS = [("allreduce_algorithm", "hvdlite_allreduce_algorithm", "HVDLITE_ALGORITHM_"),
+                 ("overlap", "hvdlite_overlap", "HVDLITE_OVERLAP_"), ("log_level", "hvdlite_log_level", "HVDLITE_LOG_"),
+                 ("carried_rounds", "hvdlite_carried_rounds", "HVDLITE_CARRIED_ROUNDS_"),
+                 ("cross_host_transport", "hvdlite_cross_host_transport", "HVDLITE_CROSS_HOST_")]
+
+
+@pytest.mark.parametrize("name,enum_name,prefix", ENUM_SETTINGS)
+def test_each_enum_settings_choices_are_the_headers_constants_and_reach_the_core_as_their_values(name, enum_name,
+                                                                                                 prefix):
+    """Read from the source header here by cffi (the choices come from the installed copy): every constant of the
+    enum is a choice, and each choice reaches the C struct as its constant's value."""
+    ffi = cffi.FFI()
+    with open(os.path.join(ROOT, "native", "include", "hvdlite.h")) as stream:
+        ffi.cdef(native_header.declarations(stream.read()))
+    enum = ffi.typeof(f"enum {enum_name}").relements
+    setting = next(s for s in config.SETTINGS if s.name == name)
+    assert sorted(setting.choices) == sorted(constant[len(prefix):].lower() for constant in enum)
+    for choice in setting.choices:
+        native, _ = config.to_native(_config_ffi(), config.resolve({setting.env: choice}))
+        assert getattr(native, name) == enum[prefix + choice.upper()], choice
+
+
+def test_an_enum_not_numbered_from_zero_is_refused_naming_it(tmp_path, monkeypatch):
+    """A header whose enum skips a value (a choice's index would not be its value): enum_choices says which."""
+    (tmp_path / "hvdlite.h").write_text("enum hvdlite_overlap {\n  HVDLITE_OVERLAP_AUTO = 0,\n"
+                                         "  HVDLITE_OVERLAP_OFF = 2\n};\n")
+    monkeypatch.setenv("HVDLITE_NATIVE_DIR", str(tmp_path))
+    native_header.enums.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="enum hvdlite_overlap must number its constants 0, 1"):
+            native_header.enum_choices("hvdlite_overlap")
+    finally:
+        native_header.enums.cache_clear()
 
 
 def test_disabled_stall_check_reaches_the_core_as_zero_seconds():
