@@ -17,6 +17,7 @@ import time
 import pytest
 
 from harness.elastic_folders import commit_folders_here
+from harness.launch_programs import ELASTIC, LOOP, check_elastic_restart, command_line
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 from harness.ssh_servers import SshServers
@@ -207,30 +208,6 @@ def test_verbose_says_where_each_rank_runs_also_past_the_slots(tmp_path):
     assert said == ran, result.stdout[-3000:]
 
 
-def _command_line(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as stream:
-            return stream.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-LOOP = """
-import os, signal, sys
-import numpy as np
-import hvdlite as hvd
-
-hvd.init()
-rank, size = hvd.rank(), hvd.size()
-step = 0
-while True:  # until a rank dies (mode "die": the last rank, after 20 steps) or the test cuts a host off
-    hvd.allreduce(np.full(4096, 1.0, dtype=np.float32), name="step", op=hvd.Sum)
-    step += 1
-    if step == 1:
-        open(os.path.join(sys.argv[1], f"started{rank}"), "w").close()
-    if sys.argv[2] == "die" and rank == size - 1 and step == 20:
-        os.kill(os.getpid(), signal.SIGKILL)
-"""
 ENDS_WITHIN_S = 30
 TCP_BETWEEN_HOSTS = {**NETWORK_LAYERS["ofi"], "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"}  # MPICH, Open MPI
 
@@ -272,7 +249,7 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
             took = time.monotonic() - started
             time.sleep(1)  # processes just killed may still be leaving
             left = {host: [pid for pid in hosts.pids(host) if host != "h2" or failure == "a rank killed"
-                           or "loop.py" in _command_line(pid)] for host in hosts.names}
+                           or "loop.py" in command_line(pid)] for host in hosts.names}
         finally:
             hosts.set_link("h2", up=True)
             if process.poll() is None:
@@ -285,37 +262,6 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
     assert not any(left.values()), f"processes left behind: {left}\n{output[-3000:]}"
     if failure == "a host cut off":
         assert "hvdliterun: a rank found a peer unreachable" in output, output[-3000:]
-
-
-ELASTIC = """
-import os, signal, sys
-import numpy as np
-import hvdlite as hvd
-from hvdlite.elastic import ObjectState, run
-from hvdlite.elastic.resume import restarts
-
-hvd.init()
-out, start = sys.argv[1], restarts()
-
-
-@run
-def train(state):
-    with open(os.path.join(out, f"resumed-{start}-{hvd.rank()}"), "w") as report:
-        report.write(str(state.step))
-    while state.step < 30:
-        gradient = np.full(8, float((hvd.rank() + 1) * (state.step + 1)))
-        state.weights = state.weights + hvd.allreduce(gradient, name="gradient", op=hvd.Sum)
-        state.step += 1
-        state.commit()
-        if start == 0 and hvd.rank() == hvd.size() - 1 and state.step == 10:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return state.weights
-
-
-weights = train(ObjectState(step=0, weights=np.zeros(8)))
-with open(os.path.join(out, f"weights-{hvd.rank()}"), "w") as report:
-    report.write(" ".join(map(repr, weights.tolist())))
-"""
 
 
 def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path):
@@ -335,15 +281,7 @@ def test_an_elastic_job_restarts_after_a_rank_on_another_host_is_killed(tmp_path
                            timeout=180, env=env, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-6000:]
     assert "hvdliterun: restart 1: the job failed" in result.stdout, result.stdout[-4000:]
-    resumed = {(start, rank): int((tmp_path / f"resumed-{start}-{rank}").read_text())
-               for start in (0, 1) for rank in range(4)}
-    assert [resumed[0, rank] for rank in range(4)] == [0] * 4
-    again = {resumed[1, rank] for rank in range(4)}
-    assert len(again) == 1 and 9 <= again.pop() <= 10, resumed  # the kill may come before the others' commit
-    expected = float(sum(rank + 1 for rank in range(4)) * sum(step + 1 for step in range(30)))
-    for rank in range(4):
-        weights = [float(w) for w in (tmp_path / f"weights-{rank}").read_text().split()]
-        assert weights == [expected] * 8, (rank, weights)
+    check_elastic_restart(tmp_path)
     assert not any((tmp_path / "commits").glob("*/commit-*")), "the finished job left its commits"
 
 

@@ -17,12 +17,11 @@ against the CRD's schema (tests/launcher/test_mpijob_manifests.py).
 import os
 import pathlib
 import subprocess
-import textwrap
 import time
 
 import pytest
 
-from harness.placement_report import PLACED, REPORT
+from harness.launch_programs import PLACED, REPORT
 from harness.pods import Pods, missing as pods_missing, own_folder
 from harness.processes import TESTS_DIR
 from harness.simulated_hosts import hosts_for_tests

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from harness.placement_report import PLACED, REPORT
+from harness.launch_programs import ELASTIC, LOOP, PLACED, REPORT, check_elastic_restart, command_line
 from harness.processes import QUIET_THREADS, ROOT, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 from harness.slurm_cluster import SlurmCluster
@@ -142,37 +142,6 @@ def test_hvdliterun_in_a_batch_script_runs_on_the_allocation_through_srun(slurm,
     assert first_step < 60, first_step
 
 
-ELASTIC = """
-import os, signal, sys
-import numpy as np
-import hvdlite as hvd
-from hvdlite.elastic import ObjectState, run
-from hvdlite.elastic.resume import restarts
-
-hvd.init()
-out, start = sys.argv[1], restarts()
-
-
-@run
-def train(state):
-    with open(os.path.join(out, f"resumed-{start}-{hvd.rank()}"), "w") as report:
-        report.write(str(state.step))
-    while state.step < 30:
-        gradient = np.full(8, float((hvd.rank() + 1) * (state.step + 1)))
-        state.weights = state.weights + hvd.allreduce(gradient, name="gradient", op=hvd.Sum)
-        state.step += 1
-        state.commit()
-        if start == 0 and hvd.rank() == hvd.size() - 1 and state.step == 10:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return state.weights
-
-
-weights = train(ObjectState(step=0, weights=np.zeros(8)))
-with open(os.path.join(out, f"weights-{hvd.rank()}"), "w") as report:
-    report.write(" ".join(map(repr, weights.tolist())))
-"""
-
-
 def test_a_job_restarts_inside_its_allocation_and_resumes_from_its_last_commit(slurm, tmp_path):
     """--max-restarts in a batch script: the last rank (on h2) is killed after the commit of step 10; hvdliterun
     starts the job again on the same allocation through srun, every rank resumes from the same newest commit
@@ -183,33 +152,9 @@ def test_a_job_restarts_inside_its_allocation_and_resumes_from_its_last_commit(s
     """, HVDLITE_ELASTIC_COMMIT_DIR=str(tmp_path / "commits" / "{host}"))
     assert code == 0, output[-6000:]
     assert "hvdliterun: restart 1: the job failed" in output, output[-4000:]
-    resumed = {(start, rank): int((tmp_path / f"resumed-{start}-{rank}").read_text())
-               for start in (0, 1) for rank in range(4)}
-    assert [resumed[0, rank] for rank in range(4)] == [0] * 4
-    again = {resumed[1, rank] for rank in range(4)}
-    assert len(again) == 1 and 9 <= again.pop() <= 10, resumed  # the kill may come before the others' commit
-    expected = float(sum(rank + 1 for rank in range(4)) * sum(step + 1 for step in range(30)))
-    for rank in range(4):
-        weights = [float(w) for w in (tmp_path / f"weights-{rank}").read_text().split()]
-        assert weights == [expected] * 8, (rank, weights)
+    check_elastic_restart(tmp_path)
 
 
-LOOP = """
-import os, signal, sys
-import numpy as np
-import hvdlite as hvd
-
-hvd.init()
-rank, size = hvd.rank(), hvd.size()
-step = 0
-while True:  # until a rank dies (mode "die": the last rank, after 20 steps) or the job is cancelled
-    hvd.allreduce(np.full(4096, 1.0, dtype=np.float32), name="step", op=hvd.Sum)
-    step += 1
-    if step == 1:
-        open(os.path.join(sys.argv[1], f"started{rank}"), "w").close()
-    if sys.argv[2] == "die" and rank == size - 1 and step == 20:
-        os.kill(os.getpid(), signal.SIGKILL)
-"""
 ENDS_WITHIN_S = 30
 
 
@@ -217,18 +162,10 @@ def _ranks_left(slurm, program):
     """{host: [pids of processes running program]}."""
     left = {}
     for host in slurm.names:
-        pids = [pid for pid in slurm.hosts.pids(host) if program in _command_line(pid)]
+        pids = [pid for pid in slurm.hosts.pids(host) if program in command_line(pid)]
         if pids:
             left[host] = pids
     return left
-
-
-def _command_line(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as stream:
-            return stream.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def test_a_killed_rank_ends_the_job_on_every_host(slurm, tmp_path):
