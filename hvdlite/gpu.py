@@ -7,7 +7,7 @@ nvidia-nccl-cu12 / -cu13 wheels (``pip install hvdlite[cuda12]`` or ``[cuda13]``
 dynamic linker's default search.
 
 Where the driver sees a GPU and NCCL is found, GPU tensors' collectives go through NCCL on the core's own stream
-(native/src/gpu/nccl_executor.h), ordered after the work the framework enqueued on its stream before the
+(native/src/collectives/nccl_executor.h), ordered after the work the framework enqueued on its stream before the
 submission; ``nccl_built()`` is True. Reductions NCCL has no form for (int16, uint16, Adasum, averaged or scaled
 integers) go through host memory, as everything does where NCCL is not found.
 """

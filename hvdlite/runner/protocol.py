@@ -5,7 +5,7 @@ import this module and nothing else of each other: ranks before MPI starts, the 
 The report port: hvdliterun listens on a TCP port of its host (job.listen_for_ranks) and names it to every rank in
 HVDLITE_LAUNCHER (host:pid:start time:port), with a secret of that start in HVDLITE_LAUNCHER_SECRET. A rank sends
 one line per report, the secret first: that a peer is unreachable (the native core's progress watchdog, which also
-signals the launcher's pid on its own host: native/src/progress_watchdog.cc), that its host holds the job's first
+signals the launcher's pid on its own host: native/src/base/progress_watchdog.cc), that its host holds the job's first
 elastic commit, that it is starting MPI and has started it (start_watch.py). The launcher acts on no line without
 the secret: nothing but the job's own ranks can end it or change what it does.
 """

@@ -6,7 +6,7 @@
 #include "core.h"
 #include "gpu/gpu_libraries.h"
 #include "hvdlite.h"
-#include "logging.h"
+#include "base/logging.h"
 
 using namespace hvdlite;
 

@@ -11,8 +11,8 @@
 #include "collectives/barrier_executor.h"
 #include "collectives/broadcast_executor.h"
 #include "collectives/reducescatter_executor.h"
-#include "gpu/nccl_executor.h"
-#include "timeline.h"
+#include "collectives/nccl_executor.h"
+#include "base/timeline.h"
 
 namespace hvdlite {
 

@@ -7,12 +7,12 @@
 #include <algorithm>
 
 #include "algorithms/cross_memory.h"
-#include "carried_round.h"
-#include "logging.h"
-#include "mpi_types.h"
-#include "progress_watchdog.h"
-#include "reduce_kernels.h"
-#include "request_validation.h"
+#include "negotiation/carried_round.h"
+#include "base/logging.h"
+#include "base/mpi_types.h"
+#include "base/progress_watchdog.h"
+#include "base/reduce_kernels.h"
+#include "negotiation/request_validation.h"
 
 namespace hvdlite {
 namespace {

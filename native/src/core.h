@@ -12,18 +12,18 @@
 #include <thread>
 #include <vector>
 
-#include "autotuner.h"
-#include "eager_allreduce.h"
+#include "negotiation/autotuner.h"
+#include "negotiation/eager_allreduce.h"
 #include "collective_executor.h"
-#include "fusion_planner.h"
+#include "negotiation/fusion_planner.h"
 #include "handle_table.h"
-#include "negotiation.h"
+#include "negotiation/negotiation.h"
 #include "process_set_table.h"
-#include "quiet_wake.h"
+#include "negotiation/quiet_wake.h"
 #include "request_registry.h"
-#include "round_across_hosts.h"
-#include "round_clock.h"
-#include "timeline_control.h"
+#include "negotiation/round_across_hosts.h"
+#include "negotiation/round_clock.h"
+#include "base/timeline_control.h"
 #include "transport/ring_sockets.h"
 
 namespace hvdlite {

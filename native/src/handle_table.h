@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core_results.h"
+#include "base/core_results.h"
 #include "slot_table.h"
 
 namespace hvdlite {

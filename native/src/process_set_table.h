@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "process_set.h"
+#include "negotiation/process_set.h"
 
 namespace hvdlite {
 

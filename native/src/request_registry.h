@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "entry.h"
+#include "negotiation/entry.h"
 #include "node_pool.h"
 #include "slot_table.h"
 

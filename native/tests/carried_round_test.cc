@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "carried_round.h"
-#include "reduce_kernels.h"
+#include "negotiation/carried_round.h"
+#include "base/reduce_kernels.h"
 
 namespace hvdlite {
 namespace {

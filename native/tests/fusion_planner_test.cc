@@ -3,7 +3,7 @@
 
 #include <deque>
 
-#include "fusion_planner.h"
+#include "negotiation/fusion_planner.h"
 
 namespace hvdlite {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <limits>
 
-#include "half.h"
-#include "reduce_kernels.h"
+#include "base/half.h"
+#include "base/reduce_kernels.h"
 
 namespace hvdlite {
 namespace {

@@ -2,7 +2,7 @@
 // change with a bit's response, and the count of evicted names that come back.
 #include <gtest/gtest.h>
 
-#include "response_cache.h"
+#include "negotiation/response_cache.h"
 
 namespace hvdlite {
 namespace {

@@ -1,4 +1,4 @@
-"""Negotiation rounds carried in all-reduces (HVDLITE_CARRIED_ROUNDS, native/src/carried_round.h): while a step's
+"""Negotiation rounds carried in all-reduces (HVDLITE_CARRIED_ROUNDS, native/src/negotiation/carried_round.h): while a step's
 tensors keep coming, a round rides in the last all-reduce of the round before it, so it exchanges nothing of its
 own. Rank 0's timeline names such a tensor's negotiation NEGOTIATE_CARRIED. Every result on every rank equals a
 float64 reference, a request that no longer matches its cached agreement is an error on every rank while carrying,

@@ -1,4 +1,4 @@
-"""All-reduces that repeat round after round, so the eager path (native/src/eager_allreduce.h) carries
+"""All-reduces that repeat round after round, so the eager path (native/src/negotiation/eager_allreduce.h) carries
 them inside the negotiation round, checked on every rank against float64 references; with missed
 predictions (a late rank), a reshaped tensor, a joined rank and a process set; under three settings, and the
 timeline shows how many rounds went eager under each.

@@ -1,4 +1,4 @@
-"""Negotiation rounds across hosts over the ring's TCP connections (native/src/round_across_hosts.h), on simulated
+"""Negotiation rounds across hosts over the ring's TCP connections (native/src/negotiation/round_across_hosts.h), on simulated
 hosts (network namespaces, needs root).
 
 A rank that waits in a round for a peer that is not running (stopped with SIGSTOP for 3 s, as a rank descheduled on

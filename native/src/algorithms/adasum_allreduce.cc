@@ -1,10 +1,10 @@
-#include "adasum_allreduce.h"
+#include "algorithms/adasum_allreduce.h"
 
 #include <algorithm>
 #include <climits>
 
-#include "../half.h"
-#include "../progress_watchdog.h"
+#include "base/half.h"
+#include "base/progress_watchdog.h"
 
 namespace hvdlite {
 namespace {

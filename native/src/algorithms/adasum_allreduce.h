@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "allreduce_algorithm.h"
+#include "algorithms/allreduce_algorithm.h"
 
 namespace hvdlite {
 

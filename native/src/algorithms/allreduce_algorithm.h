@@ -6,17 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "../copy_bytes.h"
-#include "../types.h"
-#include "buffer_layout.h"
+#include "base/copy_bytes.h"
+#include "base/types.h"
+#include "algorithms/buffer_layout.h"
+#include "base/comm_context.h"
 
 namespace hvdlite {
-
-struct CommContext {
-  MPI_Comm comm;
-  int32_t rank;
-  int32_t size;
-};
 
 class AllreduceAlgorithm {
  public:

@@ -1,7 +1,7 @@
-#include "buffer_layout.h"
+#include "algorithms/buffer_layout.h"
 
-#include "../copy_bytes.h"
-#include "../reduce_kernels.h"
+#include "base/copy_bytes.h"
+#include "base/reduce_kernels.h"
 
 namespace hvdlite {
 namespace {

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../types.h"
+#include "base/types.h"
 
 namespace hvdlite {
 

@@ -1,4 +1,4 @@
-#include "cross_memory.h"
+#include "algorithms/cross_memory.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstring>
 
-#include "shared_staging.h"
+#include "algorithms/shared_staging.h"
 
 namespace hvdlite {
 namespace {

@@ -1,4 +1,4 @@
-#include "direct_allreduce.h"
+#include "algorithms/direct_allreduce.h"
 
 #include <unistd.h>
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "allreduce_algorithm.h"
-#include "cross_memory.h"
-#include "shared_staging.h"
+#include "algorithms/allreduce_algorithm.h"
+#include "algorithms/cross_memory.h"
+#include "algorithms/shared_staging.h"
 
 namespace hvdlite {
 

@@ -1,6 +1,6 @@
-#include "hierarchical_allreduce.h"
+#include "algorithms/hierarchical_allreduce.h"
 
-#include "../mpi_types.h"
+#include "base/mpi_types.h"
 
 namespace hvdlite {
 

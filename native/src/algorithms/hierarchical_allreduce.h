@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "allreduce_algorithm.h"
-#include "direct_allreduce.h"
-#include "ring_allreduce.h"
-#include "tcp_ring_allreduce.h"
+#include "algorithms/allreduce_algorithm.h"
+#include "algorithms/direct_allreduce.h"
+#include "algorithms/ring_allreduce.h"
+#include "algorithms/tcp_ring_allreduce.h"
 
 namespace hvdlite {
 

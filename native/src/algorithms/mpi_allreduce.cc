@@ -1,9 +1,9 @@
-#include "mpi_allreduce.h"
+#include "algorithms/mpi_allreduce.h"
 
 #include <algorithm>
 #include <climits>
 
-#include "../mpi_types.h"
+#include "base/mpi_types.h"
 
 namespace hvdlite {
 

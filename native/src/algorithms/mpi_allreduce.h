@@ -1,6 +1,6 @@
 // The MPI library's own MPI_Allreduce (best for small messages: tuned latency-optimal algorithms).
 #pragma once
-#include "allreduce_algorithm.h"
+#include "algorithms/allreduce_algorithm.h"
 
 namespace hvdlite {
 

@@ -1,8 +1,8 @@
-#include "ring_allreduce.h"
+#include "algorithms/ring_allreduce.h"
 
 #include <algorithm>
 
-#include "../progress_watchdog.h"
+#include "base/progress_watchdog.h"
 
 namespace hvdlite {
 

@@ -10,7 +10,7 @@
 #pragma once
 #include <vector>
 
-#include "allreduce_algorithm.h"
+#include "algorithms/allreduce_algorithm.h"
 
 namespace hvdlite {
 

@@ -1,4 +1,4 @@
-#include "shared_staging.h"
+#include "algorithms/shared_staging.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

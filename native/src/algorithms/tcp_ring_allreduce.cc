@@ -1,4 +1,4 @@
-#include "tcp_ring_allreduce.h"
+#include "algorithms/tcp_ring_allreduce.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../progress_watchdog.h"
-#include "../transport/ring_sockets.h"
+#include "base/progress_watchdog.h"
+#include "transport/ring_sockets.h"
 
 namespace hvdlite {
 namespace {

@@ -19,7 +19,7 @@
 
 #include <vector>
 
-#include "allreduce_algorithm.h"
+#include "algorithms/allreduce_algorithm.h"
 
 namespace hvdlite {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "reduce_kernels.h"
+#include "base/reduce_kernels.h"
 
 namespace hvdlite {
 

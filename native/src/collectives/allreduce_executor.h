@@ -12,7 +12,7 @@
 #include "algorithms/ring_allreduce.h"
 #include "algorithms/tcp_ring_allreduce.h"
 #include "collectives/batch_executor.h"
-#include "timeline.h"
+#include "base/timeline.h"
 
 namespace hvdlite {
 

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "algorithms/allreduce_algorithm.h"
-#include "entry.h"
-#include "messages.h"
-#include "process_set.h"
-#include "timeline.h"
+#include "negotiation/entry.h"
+#include "negotiation/messages.h"
+#include "negotiation/process_set.h"
+#include "base/timeline.h"
 
 namespace hvdlite {
 

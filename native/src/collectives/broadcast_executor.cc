@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "copy_bytes.h"
-#include "progress_watchdog.h"
+#include "base/copy_bytes.h"
+#include "base/progress_watchdog.h"
 
 namespace hvdlite {
 

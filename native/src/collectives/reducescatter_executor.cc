@@ -1,7 +1,7 @@
 #include "collectives/reducescatter_executor.h"
 
-#include "mpi_types.h"
-#include "reduce_kernels.h"
+#include "base/mpi_types.h"
+#include "base/reduce_kernels.h"
 
 namespace hvdlite {
 

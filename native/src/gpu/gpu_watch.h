@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gpu/device_resources.h"
-#include "types.h"
+#include "base/types.h"
 
 namespace hvdlite::gpu {
 

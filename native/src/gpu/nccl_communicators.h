@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/allreduce_algorithm.h"
+#include "base/comm_context.h"
 #include "gpu/gpu_declarations.h"
 
 namespace hvdlite::gpu {

@@ -1,4 +1,4 @@
-#include "ring_gather.h"
+#include "transport/ring_gather.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../progress_watchdog.h"
-#include "ring_sockets.h"
+#include "base/progress_watchdog.h"
+#include "transport/ring_sockets.h"
 
 namespace hvdlite {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../algorithms/allreduce_algorithm.h"
+#include "base/comm_context.h"
 
 namespace hvdlite {
 

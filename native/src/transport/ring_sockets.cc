@@ -1,4 +1,4 @@
-#include "ring_sockets.h"
+#include "transport/ring_sockets.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,0 +1,62 @@
+#include "negotiation/round_across_hosts.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/logging.h"
+
+namespace hvdlite {
+namespace {
+
+constexpr int kLeadWords = 2;  // each block's round number and length in words
+
+}  // namespace
+
+void RoundAcrossHosts::Start(const CommContext &local, const CommContext &cross, RingSockets &sockets) {
+  Stop();
+  if (local.size > 1) MPI_Comm_dup(local.comm, &local_);
+  cross_ = cross;
+  gather_ = std::make_unique<RingGather>(sockets);
+  round_ = 0;
+}
+
+void RoundAcrossHosts::Stop() {
+  if (local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+  gather_.reset();
+}
+
+void RoundAcrossHosts::Fail(const std::string &why) const {
+  Log(LogLevel::kError, "a negotiation round across hosts failed: " + why +
+                            ". A peer has ended or its host cannot be reached: ending the job.");
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  _exit(1);
+}
+
+void RoundAcrossHosts::Allreduce(uint64_t *bits, int32_t words) {
+  if (local_ != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, bits, words, MPI_UINT64_T, MPI_BAND, local_);
+  const int64_t block_words = kLeadWords + words;
+  const int hosts = cross_.size;
+  // The same size every round (the cache's capacity and the set's size fix it): sized once.
+  if (static_cast<int64_t>(blocks_.size()) != hosts * block_words) blocks_.assign(hosts * block_words, 0);
+  uint64_t *mine = blocks_.data() + cross_.rank * block_words;
+  ++round_;
+  mine[0] = round_;
+  mine[1] = static_cast<uint64_t>(words);
+  std::memcpy(mine + kLeadWords, bits, words * sizeof(uint64_t));
+  const std::string failed =
+      gather_->Run(cross_, reinterpret_cast<uint8_t *>(blocks_.data()), block_words * sizeof(uint64_t));
+  if (!failed.empty()) Fail(failed);
+  for (int h = 0; h < hosts; ++h) {
+    const uint64_t *block = blocks_.data() + h * block_words;
+    if (block[0] != round_ || block[1] != static_cast<uint64_t>(words)) {
+      Fail("host " + std::to_string(h) + " of the ring sent round " + std::to_string(block[0]) + " of " +
+           std::to_string(block[1]) + " words where this rank ran round " + std::to_string(round_) + " of " +
+           std::to_string(words));
+    }
+    if (h == cross_.rank) continue;
+    for (int32_t w = 0; w < words; ++w) bits[w] &= block[kLeadWords + w];
+  }
+}
+
+}  // namespace hvdlite
