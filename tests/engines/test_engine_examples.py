@@ -10,7 +10,8 @@ import pytest
 
 from harness.processes import ROOT, run
 
-pytestmark = pytest.mark.long
+# Minutes of training, beside the engines' quicker tests (tests/engines/test_spark.py, test_ray.py) in make test.
+pytestmark = pytest.mark.check_long
 SETTINGS = ["--epochs", "15", "--batch-size", "32"]  # as tests/tensorflow/test_tf_examples.py
 
 

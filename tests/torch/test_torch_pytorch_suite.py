@@ -6,8 +6,9 @@ these tests read.
 The verdict: every test that gloo passes on this machine passes on hvdlite too, or is one that
 docs/torch_distributed.md lists with the reason it cannot; hvdlite fails nothing else. hvdlite runs with torch's
 gloo-only gates admitted (the tests of public calls that torch runs for gloo alone), gloo as torch runs it. What
-gloo passes is recorded for the PyTorch release the tests install (pytorch_suite/gloo_passed.json): make check
-compares hvdlite with the record, make check-long runs gloo again and checks the record against it. The
+gloo passes is recorded for the PyTorch release the tests install (pytorch_suite/gloo_passed.json): make
+check-long compares hvdlite with the record at 2 ranks, and at 3 runs gloo again beside it and checks the record
+against it (make test runs a slice of the suite). The
 ranks are forked from the pytest process rather than spawned (both are torch's own ways to start them): a spawned
 rank imports torch's test modules again, 5 s of CPU per rank and test on this machine's 2 cores.
 """
@@ -117,7 +118,7 @@ def check_hvdlite_passes_what_gloo_passes(tmp_path, world_size, live_gloo):
     assert not stale, f"docs/torch_distributed.md lists tests that hvdlite now passes: {stale}"
 
 
-@pytest.mark.long
+@pytest.mark.check_long
 def test_pytorch_distributed_suite_passes_on_hvdlite_where_gloo_does_on_2_ranks(tmp_path):
     check_hvdlite_passes_what_gloo_passes(tmp_path, 2, live_gloo=False)
 
