@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 
-import jsonschema
 import pytest
 import yaml
 
@@ -80,6 +79,12 @@ MPIJOB_SCHEMA = {
 }
 
 
+def _validate(job):
+    # Imported here: the Open MPI stage's venv (make test-openmpi) has no jsonschema, and collects this file.
+    import jsonschema
+    jsonschema.validate(job, MPIJOB_SCHEMA)
+
+
 def _load(path):
     with open(path) as stream:
         return yaml.safe_load(stream)
@@ -102,7 +107,7 @@ def test_there_are_manifests():
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=os.path.basename)
 def test_each_manifest_is_an_mpijob_the_schema_takes(path):
-    jsonschema.validate(_load(path), MPIJOB_SCHEMA)
+    _validate(_load(path))
 
 
 def test_the_schema_refuses_what_the_operator_would_not_take():
@@ -110,11 +115,11 @@ def test_the_schema_refuses_what_the_operator_would_not_take():
     job = _load(MANIFESTS[1])
     for broken in ({"slotPerWorker": 4}, {"mpiImplementation": "MVAPICH"}, {"launcherCreationPolicy": "Now"}):
         spec = dict(job["spec"], **broken)
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(dict(job, spec=spec), MPIJOB_SCHEMA)
+        with pytest.raises(Exception, match="Failed validating"):
+            _validate(dict(job, spec=spec))
     specs = {"Launcher": job["spec"]["mpiReplicaSpecs"]["Launcher"]}
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(dict(job, spec=dict(job["spec"], mpiReplicaSpecs=specs)), MPIJOB_SCHEMA)
+    with pytest.raises(Exception, match="'Worker' is a required property"):
+        _validate(dict(job, spec=dict(job["spec"], mpiReplicaSpecs=specs)))
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=os.path.basename)
