@@ -5,8 +5,6 @@ before the library (mpi4py does it), so that the core binds to the same libmpi a
 """
 import importlib
 
-import cffi
-
 from . import build_info, native_header
 from .mpi_start import import_mpi
 from .runner.protocol import STARTED, STARTING, report_mpi_start
@@ -14,14 +12,11 @@ from .runner.protocol import STARTED, STARTING, report_mpi_start
 
 def _load():
     library = build_info.native_file("libhvdlite_core.so")
-    header = native_header.path()
-    if header is None or library is None:
+    if native_header.path() is None or library is None:
         raise ImportError(
             f"hvdlite's native core is not built (no libhvdlite_core.so in {', '.join(build_info.native_dirs())}): "
             "install with `pip install .` (see the README)")
-    ffi = cffi.FFI()
-    with open(header) as f:
-        ffi.cdef(native_header.declarations(f.read()))
+    ffi, _ = native_header.parsed()
     build_info.check_same_mpi(MPI.Get_library_version())
     # The extension before the core: importing it is what makes an editable install rebuild what changed, and it
     # loads the core (its dependency, by soname) that the dlopen below then shares.

@@ -25,8 +25,9 @@ def declarations(header_text):
 
 
 @functools.lru_cache(maxsize=None)
-def enums():
-    """{enum name: {constant name: value}} of every enum in the header, as cffi's parser reads it."""
+def parsed():
+    """(an FFI that has read the header's declarations, those declarations), read once per process: the core's
+    loader opens the library with it, the settings read its enums."""
     header = path()
     if header is None:
         raise ImportError("hvdlite's C header (hvdlite.h) is not installed beside the core: install with "
@@ -35,6 +36,12 @@ def enums():
         text = declarations(stream.read())
     ffi = cffi.FFI()
     ffi.cdef(text)
+    return ffi, text
+
+
+def enums():
+    """{enum name: {constant name: value}} of every enum in the header, as cffi's parser reads it."""
+    ffi, text = parsed()
     return {enum: dict(ffi.typeof(f"enum {enum}").relements) for enum in re.findall(r"\benum\s+(\w+)\s*\{", text)}
 
 

@@ -162,9 +162,8 @@ def parse_args(argv=None):
     try:
         args.hosts = parse_host_list(args.hosts) if args.hosts else None
         args.hostfile = read_hostfile(args.hostfile) if args.hostfile else None
-        args.launcher = launcher_for(args, os.environ)
-        if args.launcher == SLURM:
-            args.hosts = slurm.allocation_hosts(os.environ)
+        args.launcher, allocation = launcher_for(args, os.environ)
+        args.hosts = args.hosts or allocation
         args.tuning_env = tuning_env(args)
         args.warnings = horovodrun_flags.ignored_warnings(args)
         if args.config_file:
@@ -177,16 +176,17 @@ def parse_args(argv=None):
 
 
 def launcher_for(args, environ):
-    """How mpiexec starts the ranks: SLURM inside a Slurm allocation (a batch script, salloc's shell) when no hosts
-    and no launcher program are given; FORK inside a job step without hosts (another srun would wait for the
-    CPUs the step holds, which mpiexec itself would ask for when it sees Slurm's variables); else None (ssh or
-    --launcher-exec to the hosts given, this host when none)."""
+    """(how mpiexec starts the ranks, the hosts that gives them or None): SLURM and the allocation's hosts inside a
+    Slurm allocation (a batch script, salloc's shell) when no hosts and no launcher program are given; FORK inside a
+    job step without hosts (another srun would wait for the CPUs the step holds, which mpiexec itself would ask for
+    when it sees Slurm's variables); else None (ssh or --launcher-exec to the hosts given, this host when none)."""
     if args.hosts or args.hostfile or args.host_discovery_script or args.launcher_exec or \
             not environ.get("SLURM_JOB_ID"):
-        return None
+        return None, None
     if slurm.in_job_step(environ):
-        return FORK
-    return SLURM if slurm.allocation_hosts(environ) else None
+        return FORK, None
+    allocation = slurm.allocation_hosts(environ)
+    return (SLURM if allocation else None), allocation
 
 
 def _ssh_args(parser, args):

@@ -149,12 +149,12 @@ def test_an_enum_not_numbered_from_zero_is_refused_naming_it(tmp_path, monkeypat
     (tmp_path / "hvdlite.h").write_text("enum hvdlite_overlap {\n  HVDLITE_OVERLAP_AUTO = 0,\n"
                                          "  HVDLITE_OVERLAP_OFF = 2\n};\n")
     monkeypatch.setenv("HVDLITE_NATIVE_DIR", str(tmp_path))
-    native_header.enums.cache_clear()
+    native_header.parsed.cache_clear()
     try:
         with pytest.raises(ValueError, match="enum hvdlite_overlap must number its constants 0, 1"):
             native_header.enum_choices("hvdlite_overlap")
     finally:
-        native_header.enums.cache_clear()
+        native_header.parsed.cache_clear()
 
 
 def test_disabled_stall_check_reaches_the_core_as_zero_seconds():
