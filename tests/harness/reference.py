@@ -1,4 +1,5 @@
 """Independent float64 references and deterministic per-rank inputs for the tests."""
+import os
 import zlib
 
 import numpy as np
@@ -9,6 +10,7 @@ try:
 except ImportError:  # pragma: no cover - ml_dtypes is an install requirement
     BFLOAT16 = None
 
+JOB_SIZE_VARIABLE = "HVDLITE_TEST_JOB_SIZE"  # harness/multirank.py sets it in every job
 DTYPES = ["uint8", "uint16", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 TOLERANCE = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 
@@ -17,17 +19,27 @@ def np_dtype(name):
     return BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
 
-def rank_input(name, shape, rank, op, seed):
-    """What `rank` contributes: small values so integer sums and products never overflow."""
+def rank_input(name, shape, rank, op, seed, ranks=None):
+    """What `rank` contributes: values small enough that no integer sum or product of `ranks` ranks' values
+    overflows (ranks: the job's size by default, as the harness sets it in a job), nor a float16 product leaves
+    its range."""
+    ranks = ranks or int(os.environ.get(JOB_SIZE_VARIABLE, "4"))
     rng = np.random.default_rng(zlib.crc32(repr((seed, rank)).encode()))  # same on every process
+    integer = not (name.startswith("float") or name == "bfloat16")
     if op == "product":
-        values = rng.integers(1, 3, size=shape).astype(np.float64)
-        if name.startswith("float") or name == "bfloat16":
-            values = rng.uniform(0.5, 1.5, size=shape)
-    elif name in ("uint8", "uint16"):
-        values = rng.integers(0, 50, size=shape)
-    elif name.startswith("int"):
-        values = rng.integers(-30, 30, size=shape)
+        if integer:
+            # Factors of 2 from the first ranks only, as many as the type's largest value holds.
+            doublings = int(np.log2(float(np.iinfo(np_dtype(name)).max)))
+            values = rng.integers(1, 3 if rank < doublings else 2, size=shape).astype(np.float64)
+        else:
+            spread = 0.5 if ranks <= 8 else 0.1
+            values = rng.uniform(1 - spread, 1 + spread, size=shape)
+    elif integer:
+        largest = np.iinfo(np_dtype(name)).max // ranks
+        if name.startswith("uint"):
+            values = rng.integers(0, min(50, largest + 1), size=shape)
+        else:
+            values = rng.integers(-min(30, largest), min(30, largest), size=shape)
     else:
         values = rng.uniform(-4, 4, size=shape)
     return np.asarray(values).astype(np_dtype(name))
