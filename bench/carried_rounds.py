@@ -149,28 +149,22 @@ def plot(rows, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--job-json", help=argparse.SUPPRESS)
+    import mpi4py
+    mpi4py.rc.initialize = "--job" in sys.argv  # the driver only launches jobs
+    import common
+    parser = common.hosts_driver_arguments(__doc__, "carried_rounds")
     parser.add_argument("--model", default="small", choices=MODELS, help=argparse.SUPPRESS)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--rate-mbit", type=int, default=1000, help="each host link's rate; 0 unshaped")
-    parser.add_argument("--network", default="ofi", help="MPICH's network layer between hosts: ofi or ucx")
     parser.add_argument("--pairs", type=int, default=3, help="phases with rounds carried and not, alternating")
     parser.add_argument("--steps", type=int, default=15, help="timed steps per phase")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--backward-ms", type=float, default=30.0, help="computation of the whole backward pass")
-    parser.add_argument("--job-timeout", type=float, default=1800)
-    parser.add_argument("--json", default=os.path.join(HERE, "results", "carried_rounds.json"))
-    parser.add_argument("--plot", nargs="?", const=os.path.join(ROOT, "docs", "benchmarks", "carried_rounds.png"))
     args = parser.parse_args()
     if args.job:
         return run_job(args)
-    import mpi4py
-    mpi4py.rc.initialize = False  # the driver only launches jobs
     from harness.simulated_hosts import hosts_for_bench
-    import common
     rows, started = [], time.time()
     layouts = args.layouts.split(",")
     with hosts_for_bench(max(LAYOUTS[l][0] for l in layouts), "bench/carried_rounds.py",
@@ -183,10 +177,7 @@ def main():
     payload = {"benchmark": "carried_rounds", "rate_mbit": args.rate_mbit, "network": args.network,
                "backward_ms": args.backward_ms, "rows": rows, "table": table(rows),
                "machine": common.driver_machine(started)}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as stream:
-        json.dump(payload, stream, indent=1)
-    print(f"wrote {args.json}")
+    common.write_json(args.json, payload)
     if args.plot:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")

@@ -195,8 +195,23 @@ def _git_revision():
         return ""
 
 
+def hosts_driver_arguments(doc, name):
+    """The options every benchmark across simulated hosts shares (its driver launches jobs of itself: --job,
+    --job-json); results default to bench/results/NAME.json, the plot to docs/benchmarks/NAME.png."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--job-json", help=argparse.SUPPRESS)
+    parser.add_argument("--network", default="ofi", help="MPICH's network layer between hosts: ofi or ucx")
+    parser.add_argument("--job-timeout", type=float, default=1800)
+    parser.add_argument("--json", default=os.path.join(here, "results", f"{name}.json"))
+    parser.add_argument("--plot", nargs="?", const=os.path.join(here, os.pardir, "docs", "benchmarks", f"{name}.png"))
+    return parser
+
+
 def write_json(path, payload):
-    if rank() != 0 or not path:
+    """Writes payload to path (rank 0's, in a job; a driver that started no MPI writes it itself)."""
+    if not path or (MPI.Is_initialized() and rank() != 0):
         return
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:

@@ -14,7 +14,6 @@ at the least an all-reduce needs, 2 (h - 1) / h x bytes / time for h hosts; and 
 shaped rate, the physical limit, and what TCP itself gets through that link (measured here, one stream each way
 at once).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -261,24 +260,19 @@ def plot(rows, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--job-json", help=argparse.SUPPRESS)
+    import mpi4py
+    mpi4py.rc.initialize = "--job" in sys.argv  # the driver only launches jobs
+    import common
+    parser = common.hosts_driver_arguments(__doc__, "multihost")
     parser.add_argument("--sizes", help="comma-separated sizes in bytes (default: 4 KiB to 64 MiB by 4x)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--budget", type=float, default=0.2, help="seconds per timed batch")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and rounds")
     parser.add_argument("--rates", default=",".join(map(str, RATES_MBIT)), help="link rates in Mbit/s; 0 unshaped")
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
-    parser.add_argument("--network", default="ofi", help="MPICH's network layer between hosts: ofi or ucx")
-    parser.add_argument("--job-timeout", type=float, default=1800)
-    parser.add_argument("--json", default=os.path.join(HERE, "results", "multihost.json"))
-    parser.add_argument("--plot", nargs="?", const=os.path.join(ROOT, "docs", "benchmarks", "multihost.png"))
     args = parser.parse_args()
     if args.job:
         return run_job(args)
-    import mpi4py
-    mpi4py.rc.initialize = False  # the driver only launches jobs
     from harness.simulated_hosts import hosts_for_bench
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else QUICK_SIZES if args.quick else SIZES
     if args.quick:
@@ -305,17 +299,13 @@ def main():
     checks = targets(rows)
     for text, value, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
-    import common
     payload = {"benchmark": "multihost", "network": args.network, "rows": rows, "records": records,
                "table": table(rows),
                "crossovers": [{"rate_mbit": rate, "layout": layout, "bytes": switch}
                               for (rate, layout), switch in switches.items()],
                "targets": [{"target": t, "measured": round(v, 2), "pass": ok} for t, v, ok in checks],
                "machine": common.driver_machine(started)}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as stream:
-        json.dump(payload, stream, indent=1)
-    print(f"wrote {args.json}")
+    common.write_json(args.json, payload)
     if args.plot:
         plot(rows, args.plot)
 

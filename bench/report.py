@@ -145,6 +145,17 @@ def multihost_block(result):
     return text
 
 
+def scale_block(result):
+    m = result.get("machine", {})
+    hosts = [row["hosts"] for row in result["rows"]]
+    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; {', '.join(map(str, hosts))} simulated "
+             f"hosts (network namespaces) of one rank each, links shaped to {result.get('rate_mbit') or 'unshaped'} "
+             f"Mbit/s, MPICH's {result.get('network', '?')} layer over TCP",
+             f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s",
+             f"- command: `sudo {m.get('command', '')}`"]
+    return "\n".join(lines) + "\n\n![scale](benchmarks/scale.png)\n\n" + result["table"]
+
+
 def elastic_commit_rows(result):
     rows = ["| model | committed state, MB | step, ms | added by a commit, ms | commit / step | added by Horovod's "
             "commit, ms | Horovod's / step | bare copy / step |",
@@ -235,7 +246,7 @@ def plot_gpu(allreduces, training, path):
 
 def summary_block(results):
     rows = ["| target | measured | result |", "|---|---:|---|"]
-    for name in ("allreduce", "fusion", "multihost"):
+    for name in ("allreduce", "fusion", "multihost", "scale"):
         if results.get(name):
             for check in results[name]["targets"]:
                 rows.append(f"| {check['target']} | {check['measured']} | {verdict(check['pass'])} |")
@@ -272,6 +283,9 @@ def plot_all(results):
     if results.get("multihost"):
         import multihost
         multihost.plot(results["multihost"]["rows"], os.path.join(PLOTS, "multihost.png"))
+    if results.get("scale"):
+        import scale
+        scale.plot(results["scale"]["rows"], os.path.join(PLOTS, "scale.png"))
     if results.get("carried_rounds"):
         import carried_rounds
         carried_rounds.plot(results["carried_rounds"]["rows"], os.path.join(PLOTS, "carried_rounds.png"))
@@ -293,7 +307,7 @@ def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
                                              "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
                                              "autotune",
-                                             "multihost", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
+                                             "multihost", "scale", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
                                              "gpu_training",
                                              *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
@@ -304,7 +318,7 @@ def main():
                              results[name] for name in ("torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts")
                              if results[name]])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
-                         ("carried_rounds", carried_rounds_block),
+                         ("scale", scale_block), ("carried_rounds", carried_rounds_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))

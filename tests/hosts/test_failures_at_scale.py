@@ -4,14 +4,13 @@ and the ring across hosts: a rank killed on a middle host, and a host cut off fr
 its connections silent: the progress timeout), end the job on every host within the same bound, leaving nothing
 behind. The 32-host ones are marked check_long."""
 import os
-import re
-import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
 
+from harness.job_ends import start_until_every_rank_says, wait_for_the_end
 from harness.processes import QUIET_THREADS, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 
@@ -49,39 +48,13 @@ def start_looping_job(hosts, tmp_path, victim):
     count = len(hosts.names)
     command = [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec, "-np", str(count),
                "-H", ",".join(f"{name}:1" for name in hosts.names), sys.executable, str(script), str(victim)]
-    process = hosts.popen("h1", command, env=dict(os.environ, **QUIET_THREADS, **NETWORK_LAYERS["ofi"]),
-                          cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True)
-    lines = []
-    deadline = time.monotonic() + 120
-    while len(set(re.findall(r"LOOPING (\d+)", "".join(lines)))) < count:
-        line = process.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            hosts.kill_processes()
-            raise AssertionError("the job did not start:\n" + "".join(lines)[-6000:])
-        lines.append(line)
-    return process, lines
-
-
-def wait_for_the_end(hosts, process, lines, started):
-    try:
-        rest, _ = process.communicate(timeout=ENDS_WITHIN_S)
-    except subprocess.TimeoutExpired:
-        hosts.kill_processes()
-        rest, _ = process.communicate()
-        raise AssertionError(f"the job still ran {ENDS_WITHIN_S} s later:\n" + ("".join(lines) + rest)[-6000:])
-    took = time.monotonic() - started
-    output = "".join(lines) + rest
-    assert process.returncode != 0, output[-6000:]
-    time.sleep(1)  # processes just killed may still be leaving
-    left = {host: hosts.pids(host) for host in hosts.names if hosts.pids(host)}
-    assert not left, f"processes left behind: {left}\n{output[-3000:]}"
-    return took, output
+    return start_until_every_rank_says(hosts, command, count, "LOOPING",
+                                       dict(os.environ, **QUIET_THREADS, **NETWORK_LAYERS["ofi"]), str(tmp_path), 120)
 
 
 def test_a_killed_rank_ends_the_job_on_every_host(hosts, tmp_path):
     process, lines = start_looping_job(hosts, tmp_path, victim=len(hosts.names) // 2)
-    took, output = wait_for_the_end(hosts, process, lines, time.monotonic())
+    took, output = wait_for_the_end(hosts, process, lines, time.monotonic(), ENDS_WITHIN_S)
     assert took < ENDS_WITHIN_S, output[-3000:]
 
 
@@ -93,7 +66,7 @@ def test_a_host_cut_off_from_the_network_ends_the_job_on_every_host(hosts, tmp_p
     started = time.monotonic()
     hosts.set_link(cut, up=False)
     try:
-        took, output = wait_for_the_end(hosts, process, lines, started)
+        took, output = wait_for_the_end(hosts, process, lines, started, ENDS_WITHIN_S)
     finally:
         hosts.set_link(cut, up=True)
     assert took < ENDS_WITHIN_S, output[-3000:]

@@ -20,7 +20,9 @@ import time
 
 import pytest
 
+from harness import job_ends
 from harness.forged_reports import FORGED, WAITING_JOB, launcher_port
+from harness.job_ends import start_until_every_rank_says
 from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, expected_topology, hosts_for_tests
 
@@ -151,35 +153,12 @@ def test_an_unreachable_host_is_reported_within_seconds(hosts, job_script, tmp_p
 
 
 def start_looping_job(hosts, job_script, tmp_path, network, mode):
-    process = hosts.popen("h1", hvdliterun(hosts, "-np", "4", "-H", "h1:2,h2:2", sys.executable, job_script, mode),
-                          env=environment(network), cwd=str(tmp_path), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines = []
-    deadline = time.monotonic() + 90
-    # Counted anywhere in the output: mpiexec may splice two ranks' lines into one.
-    while len(set(re.findall(r"LOOPING (\d+)", "".join(lines)))) < 4:
-        line = process.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            hosts.kill_processes()
-            raise AssertionError("the job did not start:\n" + "".join(lines)[-6000:])
-        lines.append(line)
-    return process, lines
+    command = hvdliterun(hosts, "-np", "4", "-H", "h1:2,h2:2", sys.executable, job_script, mode)
+    return start_until_every_rank_says(hosts, command, 4, "LOOPING", environment(network), str(tmp_path), 90)
 
 
 def wait_for_the_end(hosts, process, lines, started):
-    try:
-        rest, _ = process.communicate(timeout=ENDS_WITHIN_S)
-    except subprocess.TimeoutExpired:
-        hosts.kill_processes()
-        rest, _ = process.communicate()
-        raise AssertionError(f"the job still ran {ENDS_WITHIN_S} s later:\n" + ("".join(lines) + rest)[-6000:])
-    took = time.monotonic() - started
-    output = "".join(lines) + rest
-    assert process.returncode != 0, output[-6000:]
-    time.sleep(1)  # processes just killed may still be leaving
-    left = {host: hosts.pids(host) for host in hosts.names}
-    assert not any(left.values()), f"processes left behind: {left}\n{output[-3000:]}"
-    return took, output
+    return job_ends.wait_for_the_end(hosts, process, lines, started, ENDS_WITHIN_S)
 
 
 @pytest.mark.parametrize("network,mode", [(network, "die") for network in sorted(NETWORK_LAYERS)] + [("ofi", "die-in-ring")])
