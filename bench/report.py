@@ -145,15 +145,20 @@ def multihost_block(result):
     return text
 
 
-def scale_block(result):
+def hosts_block(result, what, plot, alt):
+    """The block of a benchmark across simulated hosts: machine and links (what), revision, command, plot, table."""
     m = result.get("machine", {})
-    hosts = [row["hosts"] for row in result["rows"]]
-    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; {', '.join(map(str, hosts))} simulated "
-             f"hosts (network namespaces) of one rank each, links shaped to {result.get('rate_mbit') or 'unshaped'} "
-             f"Mbit/s, MPICH's {result.get('network', '?')} layer over TCP",
+    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; {what}",
              f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s",
              f"- command: `sudo {m.get('command', '')}`"]
-    return "\n".join(lines) + "\n\n![scale](benchmarks/scale.png)\n\n" + result["table"]
+    return "\n".join(lines) + f"\n\n![{alt}](benchmarks/{plot})\n\n" + result["table"]
+
+
+def scale_block(result):
+    hosts = ", ".join(str(row["hosts"]) for row in result["rows"])
+    return hosts_block(result, f"{hosts} simulated hosts (network namespaces) of one rank each, links shaped to "
+                               f"{result.get('rate_mbit') or 'unshaped'} Mbit/s, MPICH's {result.get('network', '?')} "
+                               "layer over TCP", "scale.png", "scale")
 
 
 def elastic_commit_rows(result):
@@ -259,13 +264,10 @@ def summary_block(results):
 
 
 def carried_rounds_block(result):
-    m = result.get("machine", {})
-    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; simulated hosts (network namespaces), links "
-             f"shaped to {result.get('rate_mbit', '?')} Mbit/s, MPICH's {result.get('network', '?')} layer; backward "
-             f"pass {result.get('backward_ms', '?')} ms of computation",
-             f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s",
-             f"- command: `sudo {m.get('command', '')}`"]
-    return "\n".join(lines) + "\n\n![carried rounds](benchmarks/carried_rounds.png)\n\n" + result["table"]
+    return hosts_block(result, f"simulated hosts (network namespaces), links shaped to {result.get('rate_mbit', '?')} "
+                               f"Mbit/s, MPICH's {result.get('network', '?')} layer; backward pass "
+                               f"{result.get('backward_ms', '?')} ms of computation", "carried_rounds.png",
+                       "carried rounds")
 
 
 def plot_all(results):
