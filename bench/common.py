@@ -231,6 +231,13 @@ def verdict(ok):
     return "PASS" if ok else "FAIL"
 
 
+def targets_record(checks):
+    """Prints each check (target, measured, passed) and returns them as the results' JSON list."""
+    for text, value, ok in checks:
+        print(f"{verdict(ok)}  {text}: {value:.2f}", flush=True)
+    return [{"target": text, "measured": round(value, 3), "pass": ok} for text, value, ok in checks]
+
+
 def format_table(header, rows):
     """A Markdown table (also readable on a terminal)."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]

@@ -296,15 +296,11 @@ def main():
     measured = [switch for switch in switches.values() if switch is not None]
     if measured:
         print(f"HVDLITE_AUTO_CROSS_HOST_RING_MIN_BYTES for these links: {max(measured)} (the largest crossover)")
-    checks = targets(rows)
-    for text, value, ok in checks:
-        print(f"{'PASS' if ok else 'FAIL'}  {text}: {value:.2f}")
     payload = {"benchmark": "multihost", "network": args.network, "rows": rows, "records": records,
                "table": table(rows),
                "crossovers": [{"rate_mbit": rate, "layout": layout, "bytes": switch}
                               for (rate, layout), switch in switches.items()],
-               "targets": [{"target": t, "measured": round(v, 2), "pass": ok} for t, v, ok in checks],
-               "machine": common.driver_machine(started)}
+               "targets": common.targets_record(targets(rows)), "machine": common.driver_machine(started)}
     common.write_json(args.json, payload)
     if args.plot:
         plot(rows, args.plot)

@@ -230,12 +230,8 @@ def main():
             records.append({"hosts": count, "job": job})
     rows = summarise(records)
     print(table(rows))
-    checks = targets(rows)
-    for text, value, ok in checks:
-        print(f"{common.verdict(ok)}  {text}: {value:.2f}")
     payload = {"benchmark": "scale", "rate_mbit": args.rate_mbit, "network": args.network, "rows": rows,
-               "records": records, "table": table(rows),
-               "targets": [{"target": t, "measured": round(v, 3), "pass": ok} for t, v, ok in checks],
+               "records": records, "table": table(rows), "targets": common.targets_record(targets(rows)),
                "machine": common.driver_machine(started)}
     common.write_json(args.json, payload)
     if args.plot:
