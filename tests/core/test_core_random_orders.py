@@ -7,8 +7,7 @@ Every result on every rank equals a float64 reference, with the default response
 ranks never submit fails on the ranks that did, naming the missing ranks, while everything else of that step
 completes and the next step runs.
 
-At 2, 3 and 4 ranks, and across simulated hosts (make test-across-hosts: 2x2 and 2x1); at 16 and 32 ranks in make
-check-long.
+At 2, 3 and 4 ranks, and across simulated hosts (make test-across-hosts: 2x2 and 2x1); at 16 ranks in make check-long.
 """
 from collections import namedtuple
 
@@ -28,8 +27,9 @@ ACROSS_HOSTS = pytest.mark.across_hosts
 # One collective of the catalogue: op is an all-reduce's (None for the others); optional ones run in some steps only.
 Item = namedtuple("Item", "name kind dtype shape op optional")
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max}
-# At 16 ranks a job takes minutes on 2 cores, and four times as long at each doubling: make check-long, to 32.
-pytestmark = [pytest.mark.ranks(3, 2, 4), pytest.mark.at_scale(check_long=True, up_to=32),
+# At 16 ranks a job takes minutes on 2 cores: make check-long. Not past 16: with 16 ranks to a core, ranks wait
+# descheduled for longer than the short stall shutdown below, and the stall check fails their tensors as missing.
+pytestmark = [pytest.mark.ranks(3, 2, 4), pytest.mark.at_scale(check_long=True, up_to=16),
               # A cached request older than half the stall check goes the slow way (so the coordinator can name the
               # missing ranks): with a short check, a slow rank's requests take both ways within one run.
               pytest.mark.hvd_env(HVDLITE_STALL_CHECK_TIME_SECONDS=2, HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=4)]
