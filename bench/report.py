@@ -131,13 +131,9 @@ def autotune_block(result):
 
 
 def multihost_block(result):
-    m = result.get("machine", {})
-    lines = [f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; 4 simulated hosts (network namespaces), "
-             f"MPICH's {result.get('network', '?')} layer over TCP",
-             f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s",
-             f"- command: `sudo {m.get('command', '')}`"]
+    text = hosts_block(result, f"4 simulated hosts (network namespaces), MPICH's {result.get('network', '?')} layer "
+                               "over TCP", "multihost.png", "across hosts")
     switches = [c for c in result.get("crossovers", []) if c["rate_mbit"]]
-    text = "\n".join(lines) + "\n\n![across hosts](benchmarks/multihost.png)\n\n" + result["table"]
     if switches:
         text += "\n\nFrom which size hvdlite's own algorithm is no slower than MPI_Allreduce (within 5%) at every " \
                 "larger size, on the shaped links: " + ", ".join(

@@ -44,11 +44,18 @@ def rss_kib():
         return next(int(line.split()[1]) for line in stream if line.startswith("VmRSS:"))
 
 
+def side_by_side(rounds):
+    """hvdlite's and MPI's median times of interleaved rounds, and the median of their paired ratios."""
+    from common import median, median_ratio
+    return {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
+            "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
+
+
 def run_job(args):
     import numpy as np
 
     import common
-    from common import COMM, MPI, median, median_ratio
+    from common import COMM, MPI, median
 
     import hvdlite as hvd
 
@@ -74,8 +81,7 @@ def run_job(args):
         if not np.all(methods["hvd"]() == expected):
             raise SystemExit(f"hvdlite {label}: wrong all-reduce result")
         rounds = common.interleaved(methods, args.repeats, args.budget, warmup=2)
-        results[label] = {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
-                          "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
+        results[label] = side_by_side(rounds)
         common.say(f"  {label}: hvdlite {results[label]['hvd_s'] * 1e3:.3f} ms, MPI "
                    f"{results[label]['mpi_s'] * 1e3:.3f} ms, ratio {results[label]['hvd_over_mpi']:.2f}")
     rss = rss_kib()
@@ -93,8 +99,7 @@ def run_job(args):
     methods = {"hvd": lambda: hvd.allreduce(empty, name="scale.round", op=hvd.Sum),
                "mpi": lambda: COMM.Allreduce(word, word_out, MPI.BAND)}
     rounds = common.interleaved(methods, args.repeats, args.budget, warmup=3)
-    results["round"] = {"hvd_s": median(rounds["hvd"]), "mpi_s": median(rounds["mpi"]),
-                        "hvd_over_mpi": median_ratio(rounds["hvd"], rounds["mpi"])}
+    results["round"] = side_by_side(rounds)
     common.say(f"  round: hvdlite {results['round']['hvd_s'] * 1e3:.3f} ms, MPI_Allreduce of a word "
                f"{results['round']['mpi_s'] * 1e3:.3f} ms")
     hvd.shutdown()
@@ -143,7 +148,7 @@ def table(rows):
 
 
 def targets(rows):
-    """(what, measured, passed) for the issue's targets."""
+    """(what, measured, passed) for each target this benchmark checks."""
     import math
     checks = []
     for label in SIZES:

@@ -1,5 +1,4 @@
 """Independent float64 references and deterministic per-rank inputs for the tests."""
-import os
 import zlib
 
 import numpy as np
@@ -10,7 +9,6 @@ try:
 except ImportError:  # pragma: no cover - ml_dtypes is an install requirement
     BFLOAT16 = None
 
-JOB_SIZE_VARIABLE = "HVDLITE_TEST_JOB_SIZE"  # harness/multirank.py sets it in every job
 DTYPES = ["uint8", "uint16", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 TOLERANCE = {"float16": 2e-2, "bfloat16": 5e-2, "float32": 1e-5, "float64": 1e-12}
 
@@ -19,11 +17,11 @@ def np_dtype(name):
     return BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
 
-def rank_input(name, shape, rank, op, seed, ranks=None):
-    """What `rank` contributes: values small enough that no integer sum or product of `ranks` ranks' values
-    overflows (ranks: the job's size by default, as the harness sets it in a job), nor a float16 product leaves
-    its range."""
-    ranks = ranks or int(os.environ.get(JOB_SIZE_VARIABLE, "4"))
+def rank_input(name, shape, rank, op, seed):
+    """What `rank` contributes: values small enough that no integer sum or product over the job's ranks
+    overflows, nor a float16 product leaves its range (outside a job: as for 4 ranks)."""
+    from harness.multirank import job_size
+    ranks = job_size() or 4
     rng = np.random.default_rng(zlib.crc32(repr((seed, rank)).encode()))  # same on every process
     integer = not (name.startswith("float") or name == "bfloat16")
     if op == "product":

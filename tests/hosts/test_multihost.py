@@ -20,9 +20,8 @@ import time
 
 import pytest
 
-from harness import job_ends
 from harness.forged_reports import FORGED, WAITING_JOB, launcher_port
-from harness.job_ends import start_until_every_rank_says
+from harness import job_ends
 from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, venv_tool
 from harness.simulated_hosts import NETWORK_LAYERS, expected_topology, hosts_for_tests
 
@@ -154,7 +153,7 @@ def test_an_unreachable_host_is_reported_within_seconds(hosts, job_script, tmp_p
 
 def start_looping_job(hosts, job_script, tmp_path, network, mode):
     command = hvdliterun(hosts, "-np", "4", "-H", "h1:2,h2:2", sys.executable, job_script, mode)
-    return start_until_every_rank_says(hosts, command, 4, "LOOPING", environment(network), str(tmp_path), 90)
+    return job_ends.start_until_every_rank_says(hosts, command, 4, "LOOPING", environment(network), str(tmp_path), 90)
 
 
 def wait_for_the_end(hosts, process, lines, started):
