@@ -17,7 +17,7 @@ import sys
 from . import config
 from ._native import ffi, lib
 from .errors import HorovodInternalError
-from .requests import ReduceOp
+from .requests import Output, ReduceOp, describe
 
 NCCL_WHEEL_FOLDER = os.path.join("nvidia", "nccl", "lib")
 # The core's dtype names that NCCL reduces (int16, uint16 and bool it does not).
@@ -77,12 +77,15 @@ def collectives_available():
 
 
 def serves(collective, dtype, op=0, prescale_factor=1.0, postscale_factor=1.0):
-    """Whether the NCCL path runs this request of GPU tensors (collective: "allreduce", "reducescatter",
-    "broadcast", "allgather" or "alltoall"; dtype the core's name; op an hvdlite op); else the adapter stages it
-    through host memory."""
+    """Whether the NCCL path runs this request of GPU tensors (collective: a Collective number or its name,
+    "allreduce", "broadcast", ...; dtype the core's name; op an hvdlite op); else the adapter stages it through
+    host memory."""
     if not collectives_available():
         return False
-    if collective in ("broadcast", "allgather", "alltoall"):  # bytes moved, any dtype
+    info = describe(collective)
+    if info.output == Output.NONE:
+        return False
+    if not info.takes_op:  # bytes moved, any dtype
         return True
     if dtype not in NCCL_DTYPES or op == ReduceOp.ADASUM:
         return False

@@ -10,7 +10,8 @@ import numpy as np
 from . import _tensor_calls
 from .basics import _require_init, rank
 from .process_sets import global_process_set
-from .requests import Collective, PreparedGroup, ReduceOp, Request, address, auto_name, dtype_name, submit, submit_and_wait
+from .requests import (Collective, PreparedGroup, ReduceOp, address, auto_name, describe, dtype_name,
+                       output_shape, request_for, submit, submit_and_wait)
 
 Average, Sum, Adasum, Min, Max, Product = (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM, ReduceOp.MIN, ReduceOp.MAX,
                                            ReduceOp.PRODUCT)
@@ -36,11 +37,6 @@ def check_op(op):
     if op is None:
         raise ValueError("unknown reduce op None")
     return _tensor_calls.resolve_op(op, None)
-
-
-def reducescatter_rows(dim0, set_size, set_rank):
-    """Rows a rank receives from reducescatter: the first dim0 % size ranks get one extra."""
-    return dim0 // set_size + (1 if set_rank < dim0 % set_size else 0)
 
 
 # _contiguous(tensor): tensor as a C-contiguous array of at least one dimension in native byte order (the core reads
@@ -114,8 +110,9 @@ def remember(cache, key, value, limit):
 
 def _prepare_group(name, arrays, op, prescale_factor, postscale_factor, process_set):
     base = name or auto_name("grouped_allreduce", process_set)
-    prepared = PreparedGroup([Request(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
-                                      op, prescale_factor, postscale_factor, process_set=process_set)
+    prepared = PreparedGroup([request_for(Collective.ALLREDUCE, f"{base}.{i}", dtype_name(a.dtype), a.shape, 0, 0,
+                                          op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                          process_set=process_set)
                               for i, a in enumerate(arrays)])
     if name:
         remember(_PREPARED_GROUPS, name, prepared, _PREPARED_GROUPS_LIMIT)  # replaces other dtypes or shapes
@@ -146,14 +143,28 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
                                                process_set))
 
 
-def _allgather_request(tensor, name, process_set):
+def _request(collective, tensor, name, process_set, splits=None, **arguments):
+    """The request of one array and the function that makes its result from the finished handle: the output
+    allocated here as the collective's description sizes it, or read from the core's memory (gathered rows)."""
     _require_init()
     array = _contiguous(tensor)
-    if array.ndim == 0:
-        array = array.reshape(1)
-    request = Request(Collective.ALLGATHER, name or auto_name("allgather", process_set), dtype_name(array.dtype),
-                      array.shape, address(array), 0, process_set=process_set, keepalive=(array,))
-    return request, lambda handle: _core_output(handle, array.dtype)
+    name = name or auto_name(describe(collective).name, process_set)
+    shape = output_shape(collective, name, array.shape, process_set)
+    output = None if shape is None else np.empty(shape, dtype=array.dtype)
+    request = request_for(collective, name, dtype_name(array.dtype), array.shape, address(array),
+                          0 if output is None else address(output), splits=splits, process_set=process_set,
+                          keepalive=(array, output), **arguments)
+    if output is not None:
+        return request, lambda handle: output
+    if splits is None:
+        return request, lambda handle: _core_output(handle, array.dtype)
+    return request, lambda handle: (_core_output(handle, array.dtype),
+                                    np.asarray(handle.received_splits(), dtype=np.int32))
+
+
+def _allgather_request(tensor, name, process_set):
+    array = _contiguous(tensor)
+    return _request(Collective.ALLGATHER, array.reshape(1) if array.ndim == 0 else array, name, process_set)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -165,61 +176,31 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return _run(*_allgather_request(tensor, name, process_set))
 
 
-def _broadcast_request(tensor, root_rank, name, process_set):
-    _require_init()
-    array = _contiguous(tensor)
-    output = np.empty_like(array)
-    request = Request(Collective.BROADCAST, name or auto_name("broadcast", process_set), dtype_name(array.dtype),
-                      array.shape, address(array), address(output), root_rank=process_set.root_in_set(root_rank),
-                      process_set=process_set,
-                      keepalive=(array, output))
-    return request, lambda handle: output
-
-
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    return _track(*_submitted(_broadcast_request(tensor, root_rank, name, process_set)))
+    return _track(*_submitted(_request(Collective.BROADCAST, tensor, name, process_set, root_rank=root_rank)))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's tensor on every rank (root_rank is a global rank, also for a process set)."""
-    return _run(*_broadcast_request(tensor, root_rank, name, process_set))
+    return _run(*_request(Collective.BROADCAST, tensor, name, process_set, root_rank=root_rank))
 
 
-def _alltoall_request(tensor, splits, name, process_set):
-    _require_init()
-    array = _contiguous(tensor)
-    request = Request(Collective.ALLTOALL, name or auto_name("alltoall", process_set), dtype_name(array.dtype),
-                      array.shape, address(array), 0,
-                      splits=None if splits is None else list(np.asarray(splits).ravel()),
-                      process_set=process_set, keepalive=(array,))
-
-    def finish(handle):
-        output = _core_output(handle, array.dtype)
-        return output if splits is None else (output, np.asarray(handle.received_splits(), dtype=np.int32))
-    return request, finish
+def _alltoall_splits(splits):
+    return None if splits is None else np.asarray(splits).ravel()
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    return _track(*_submitted(_alltoall_request(tensor, splits, name, process_set)))
+    return _track(*_submitted(_request(Collective.ALLTOALL, tensor, name, process_set, _alltoall_splits(splits))))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[i] rows to rank i; returns the received rows (and, with splits, how many came from each)."""
-    return _run(*_alltoall_request(tensor, splits, name, process_set))
+    return _run(*_request(Collective.ALLTOALL, tensor, name, process_set, _alltoall_splits(splits)))
 
 
 def _reducescatter_request(tensor, name, op, process_set, prescale_factor, postscale_factor):
-    _require_init()
-    op = resolve_op(op, None)
-    array = _contiguous(tensor)
-    if array.ndim == 0:
-        raise ValueError("reducescatter needs a tensor with at least one dimension")
-    rows = reducescatter_rows(array.shape[0], process_set.size(), process_set.rank())
-    output = np.empty((rows,) + array.shape[1:], dtype=array.dtype)
-    request = Request(Collective.REDUCESCATTER, name or auto_name("reducescatter", process_set),
-                      dtype_name(array.dtype), array.shape, address(array), address(output), op, prescale_factor,
-                      postscale_factor, process_set=process_set, keepalive=(array, output))
-    return request, lambda handle: output
+    return _request(Collective.REDUCESCATTER, tensor, name, process_set, op=resolve_op(op, None),
+                    prescale_factor=prescale_factor, postscale_factor=postscale_factor)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
@@ -237,7 +218,8 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
 def barrier(process_set=global_process_set):
     """Returns once every rank of the process set has reached it."""
     _require_init()
-    request = Request(Collective.BARRIER, auto_name("barrier", process_set), "uint8", (), process_set=process_set)
+    request = request_for(Collective.BARRIER, auto_name(describe(Collective.BARRIER).name, process_set), "uint8", (), 0,
+                          process_set=process_set)
     _run(request, lambda handle: None)
 
 
@@ -245,7 +227,7 @@ def join(process_set=global_process_set):
     """Signals that this rank has no more data: until every rank has joined, it contributes zeros to the
     others' allreduces. Returns the rank that joined last."""
     _require_init()
-    request = Request(Collective.JOIN, "__hvdlite.join", "uint8", (), process_set=process_set)
+    request = request_for(Collective.JOIN, "__hvdlite.join", "uint8", (), 0, process_set=process_set)
     return _run(request, lambda handle: handle.result())
 
 

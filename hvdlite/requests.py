@@ -10,19 +10,19 @@ from typing import Any, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from . import _native, _tensor_calls  # _native first: it loads the core that _tensor_calls links against
+from . import _native, _tensor_calls, native_header  # _native first: it loads the core that _tensor_calls links against
 from ._native import lib
+from .errors import InvalidRequestError
 from .process_sets import ProcessSet, global_process_set
 
 
 class Collective:
-    ALLREDUCE = lib.HVDLITE_ALLREDUCE
-    ALLGATHER = lib.HVDLITE_ALLGATHER
-    BROADCAST = lib.HVDLITE_BROADCAST
-    ALLTOALL = lib.HVDLITE_ALLTOALL
-    REDUCESCATTER = lib.HVDLITE_REDUCESCATTER
-    BARRIER = lib.HVDLITE_BARRIER
-    JOIN = lib.HVDLITE_JOIN
+    """The core's collectives (enum hvdlite_collective): Collective.ALLREDUCE, ... as the header numbers them,
+    one attribute per constant, so a collective added to the header is here too."""
+
+
+for _constant, _value in native_header.enums()["hvdlite_collective"].items():
+    setattr(Collective, _constant.removeprefix("HVDLITE_"), _value)
 
 
 class ReduceOp:
@@ -33,6 +33,95 @@ class ReduceOp:
     MIN = lib.HVDLITE_OP_MIN
     MAX = lib.HVDLITE_OP_MAX
     PRODUCT = lib.HVDLITE_OP_PRODUCT
+
+
+class Output:
+    """How a collective's output is sized (enum hvdlite_output_rule)."""
+    LIKE_INPUT = lib.HVDLITE_OUTPUT_LIKE_INPUT  # the caller's buffer, shaped as the input
+    RANK_BLOCK = lib.HVDLITE_OUTPUT_RANK_BLOCK  # the caller's buffer, this rank's block of the input's rows
+    GATHERED = lib.HVDLITE_OUTPUT_GATHERED      # rows from other ranks, allocated by the core (CPU tensors)
+    NONE = lib.HVDLITE_OUTPUT_NONE              # no tensor
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    """The core's description of one collective (hvdlite_collective_info): what its request holds and how its
+    output is sized. Every adapter builds its requests from it (request_for, output_shape)."""
+    collective: int
+    name: str
+    output: int
+    takes_op: bool
+    takes_root: bool
+    takes_splits: bool
+    min_ndim: int
+
+
+def _read_description(collective):
+    info = lib.hvdlite_collective_describe(collective)
+    return CollectiveInfo(collective, _native.ffi.string(info.name).decode(), info.output, bool(info.takes_op),
+                          bool(info.takes_root), bool(info.takes_splits), info.min_ndim)
+
+
+# Every collective of the header's enum, by number.
+COLLECTIVES = {value: _read_description(value)
+               for value in native_header.enums()["hvdlite_collective"].values()}
+
+
+_BY_NAME = {info.name: info for info in COLLECTIVES.values()}
+
+
+def describe(collective):
+    """The CollectiveInfo of a Collective number or of its name ("allreduce", ...)."""
+    return _BY_NAME[collective] if isinstance(collective, str) else COLLECTIVES[collective]
+
+
+def output_first_dim(collective, first_dim, set_size, set_rank):
+    """The output's first dimension on rank set_rank of a set of set_size ranks for an input of first_dim rows
+    (reducescatter: the first first_dim % set_size ranks get one row more); -1 where the other ranks decide it."""
+    return lib.hvdlite_output_first_dim(collective, first_dim, set_size, set_rank)
+
+
+def output_shape(collective, name, shape, process_set):
+    """The shape of the output a caller allocates for tensor ``name`` of ``shape`` on this rank of ``process_set``,
+    or None where the other ranks decide it (gathered rows) or there is no output. check_dims first."""
+    check_dims(collective, name, shape)
+    info = COLLECTIVES[collective]
+    if info.output == Output.LIKE_INPUT:
+        return tuple(shape)
+    if info.output == Output.RANK_BLOCK:
+        rows = output_first_dim(collective, shape[0], process_set.size(), process_set.rank())
+        return (rows,) + tuple(shape[1:])
+    return None
+
+
+def check_dims(collective, name, shape):
+    """InvalidRequestError (a ValueError) naming the tensor when it has fewer dimensions than the collective needs
+    to gather, split or scatter rows."""
+    info = COLLECTIVES[collective]
+    if len(shape) < info.min_ndim:
+        raise InvalidRequestError(f"{info.name} of tensor '{name}' takes tensors of at least {info.min_ndim} "
+                                  f"dimension, got shape {tuple(shape)} (reshape a scalar to [1])")
+
+
+def request_for(collective, name, dtype, shape, input_ptr, output_ptr=0, *, op=0, prescale_factor=1.0,
+                postscale_factor=1.0, root_rank=0, splits=None, process_set=None, keepalive=(), gpu=None):
+    """The Request of one tensor of ``collective``, holding what its description says it takes: ``root_rank`` is a
+    global rank (the request carries the set's), ``splits`` any sequence of integers or None. The dimensions are
+    checked here, naming the tensor; the rest is checked where the request is filled (request_fill.c)."""
+    info = COLLECTIVES[collective]
+    check_dims(collective, name, shape)
+    process_set = global_process_set if process_set is None else process_set
+    request = Request(collective, name, dtype, shape, input_ptr, output_ptr, process_set=process_set,
+                      keepalive=keepalive, gpu=gpu)
+    if info.takes_op:
+        request.op = op
+        request.prescale_factor = float(prescale_factor)
+        request.postscale_factor = float(postscale_factor)
+    if info.takes_root:
+        request.root_rank = process_set.root_in_set(root_rank)
+    if info.takes_splits and splits is not None:
+        request.splits = [int(s) for s in splits]
+    return request
 
 
 # The dtype names the core carries -> enum hvdlite_dtype (built by the extension from the header).

@@ -17,7 +17,8 @@ except ImportError:  # pragma: no cover - a TensorFlow without it: always wrap
 
 from hvdlite import basics
 from hvdlite import ops as core_ops
-from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum, reducescatter_rows
+from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum
+from hvdlite.requests import Collective, output_first_dim
 from hvdlite.process_sets import global_process_set
 
 from . import numpy_collectives
@@ -280,7 +281,7 @@ def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, 
         if not x.shape.rank:
             return x.shape
         dim0 = x.shape[0]
-        rows = None if dim0 is None else reducescatter_rows(dim0, size, rank)
+        rows = None if dim0 is None else output_first_dim(Collective.REDUCESCATTER, dim0, size, rank)
         return tf.TensorShape([rows]).concatenate(x.shape[1:])
 
     def forward(xs):

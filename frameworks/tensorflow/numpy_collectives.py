@@ -8,9 +8,9 @@ into them directly, except allgather/alltoall whose result is copied once out of
 """
 import numpy as np
 
-from hvdlite import ops as core_ops
 from hvdlite.errors import HvdliteError
-from hvdlite.requests import Collective, Request, dtype_name, release_all, submit_and_wait, submit_group, wait_all
+from hvdlite.requests import (Collective, dtype_name, output_shape, release_all, request_for,
+                              submit_and_wait, submit_group, wait_all)
 
 def aligned_empty(shape, dtype, alignment=64):
     """An uninitialised array whose data starts on a 64-byte boundary, as TensorFlow's kernels expect of
@@ -69,68 +69,51 @@ def _core_output(handle, dtype):
     return out
 
 
-def allreduce(arrays, names, op, prescale_factor, postscale_factor, process_set):
+def _requests(collective, arrays, names, process_set, splits=None, **arguments):
+    """One request per array, as the collective's description says (hvdlite.requests.request_for); its output
+    allocated here where the description sizes it, else None (the core's, copied by _core_output)."""
     inputs = [_contiguous(a) for a in arrays]
-    outputs = [aligned_empty(a.shape, a.dtype) for a in inputs]
-    requests = [Request(collective=Collective.ALLREDUCE, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
-                        input_ptr=_address(a), output_ptr=_address(out), op=op,
-                        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                        process_set=process_set, keepalive=(a, out))
+    shapes = [output_shape(collective, name, a.shape, process_set) for a, name in zip(inputs, names)]
+    outputs = [None if shape is None else aligned_empty(shape, a.dtype) for a, shape in zip(inputs, shapes)]
+    requests = [request_for(collective, name, dtype_name(a.dtype), a.shape, _address(a),
+                            0 if out is None else _address(out), splits=splits, process_set=process_set,
+                            keepalive=(a, out), **arguments)
                 for a, out, name in zip(inputs, outputs, names)]
-    return _with_outputs(requests, lambda handles: outputs)
+    return inputs, outputs, requests
+
+
+def _collective(collective, arrays, names, process_set, **arguments):
+    """The arrays' requests run as one group; returns their outputs."""
+    inputs, outputs, requests = _requests(collective, arrays, names, process_set, **arguments)
+
+    def collect(handles):
+        return [_core_output(h, a.dtype) if out is None else out for h, a, out in zip(handles, inputs, outputs)]
+    return _with_outputs(requests, collect)
+
+
+def allreduce(arrays, names, op, prescale_factor, postscale_factor, process_set):
+    return _collective(Collective.ALLREDUCE, arrays, names, process_set, op=op, prescale_factor=prescale_factor,
+                       postscale_factor=postscale_factor)
 
 
 def allgather(arrays, names, process_set):
-    inputs = [_contiguous(a) for a in arrays]
-    for a, name in zip(inputs, names):
-        if a.ndim == 0:
-            raise ValueError(f"allgather of '{name}': a scalar has no first dimension to gather along; "
-                             "reshape it to [1] first")
-    requests = [Request(collective=Collective.ALLGATHER, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
-                        input_ptr=_address(a), output_ptr=0, process_set=process_set, keepalive=(a,))
-                for a, name in zip(inputs, names)]
-    return _with_outputs(requests, lambda handles: [_core_output(h, a.dtype) for h, a in zip(handles, inputs)])
+    return _collective(Collective.ALLGATHER, arrays, names, process_set)
 
 
 def broadcast(arrays, names, root_rank, process_set):
-    inputs = [_contiguous(a) for a in arrays]
-    outputs = [aligned_empty(a.shape, a.dtype) for a in inputs]
-    requests = [Request(collective=Collective.BROADCAST, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
-                        input_ptr=_address(a), output_ptr=_address(out),
-                        root_rank=process_set.root_in_set(root_rank),
-                        process_set=process_set, keepalive=(a, out))
-                for a, out, name in zip(inputs, outputs, names)]
-    return _with_outputs(requests, lambda handles: outputs)
+    return _collective(Collective.BROADCAST, arrays, names, process_set, root_rank=root_rank)
 
 
 def alltoall(array, splits, name, process_set):
     """Returns (output, received_splits as int32)."""
-    a = _contiguous(array)
-    if a.ndim == 0:
-        raise ValueError(f"alltoall of '{name}': a scalar has no first dimension to split")
-    split_list = None if splits is None or np.size(splits) == 0 else [int(s) for s in np.ravel(splits)]
-    request = Request(collective=Collective.ALLTOALL, name=name, dtype=dtype_name(a.dtype), shape=a.shape,
-                      input_ptr=_address(a), output_ptr=0, splits=split_list, process_set=process_set,
-                      keepalive=(a,))
+    split_list = None if splits is None or np.size(splits) == 0 else np.ravel(splits)
+    inputs, _, requests = _requests(Collective.ALLTOALL, [array], [name], process_set, splits=split_list)
 
     def collect(handles):
-        handle = handles[0]
-        return _core_output(handle, a.dtype), np.asarray(handle.received_splits(), dtype=np.int32)
-    return _with_outputs([request], collect)
+        return _core_output(handles[0], inputs[0].dtype), np.asarray(handles[0].received_splits(), dtype=np.int32)
+    return _with_outputs(requests, collect)
 
 
 def reducescatter(arrays, names, op, prescale_factor, postscale_factor, process_set):
-    inputs = [_contiguous(a) for a in arrays]
-    size, rank = process_set.size(), process_set.rank()
-    outputs = []
-    for a, name in zip(inputs, names):
-        if a.ndim == 0:
-            raise ValueError(f"reducescatter of '{name}': a scalar has no first dimension to scatter")
-        rows = core_ops.reducescatter_rows(a.shape[0], size, rank)
-        outputs.append(aligned_empty((rows,) + a.shape[1:], a.dtype))
-    requests = [Request(collective=Collective.REDUCESCATTER, name=name, dtype=dtype_name(a.dtype),
-                        shape=a.shape, input_ptr=_address(a), output_ptr=_address(out), op=op,
-                        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                        process_set=process_set, keepalive=(a, out))
-                for a, out, name in zip(inputs, outputs, names)]
-    return _with_outputs(requests, lambda handles: outputs)
+    return _collective(Collective.REDUCESCATTER, arrays, names, process_set, op=op, prescale_factor=prescale_factor,
+                       postscale_factor=postscale_factor)

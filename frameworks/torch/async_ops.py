@@ -10,7 +10,7 @@ import torch
 from hvdlite import ops as core_ops
 from hvdlite._tensor_calls import allreduce_in_place_async
 from hvdlite.process_sets import global_process_set
-from hvdlite.requests import Collective, Request, auto_name, submit, submit_group
+from hvdlite.requests import Collective, auto_name, output_shape, request_for, submit, submit_group
 
 from . import gpu_path, handles, staging
 
@@ -35,47 +35,57 @@ def _single(name, kind, process_set):
     return name if name is not None else set_auto_name(kind, process_set)
 
 
-# ---------------------------------------------------------------------------------------------- allreduce
+# ------------------------------------------------------------------------------------- one group of requests
 
-def _allreduce_request(tensor, output, name, op, prescale_factor, postscale_factor, process_set, gpu=None):
-    return Request(collective=Collective.ALLREDUCE, name=name, dtype=staging.core_dtype(tensor),
-                   shape=tuple(tensor.shape), input_ptr=staging.address(tensor),
-                   output_ptr=staging.address(output), op=op, prescale_factor=float(prescale_factor),
-                   postscale_factor=float(postscale_factor), process_set=process_set,
-                   keepalive=(tensor, output), gpu=gpu)
-
-
-def _allreduce_on_gpu(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
-    """As _allreduce_group, in GPU memory through NCCL: in place where the tensor is contiguous."""
-    inputs = [gpu_path.device_copy(t) for t in tensors]
-    outputs = inputs if in_place else [torch.empty_like(i) for i in inputs]
-    requests = [_allreduce_request(i, o, n, op, prescale_factor, postscale_factor, process_set,
-                                   gpu=gpu_path.placement(i))
+def _submitted(collective, tensors, names, process_set, on_gpu, in_place=False, outputs=None, splits=None,
+               **arguments):
+    """Submits one request per tensor as the collective's description says (hvdlite.requests.request_for); returns
+    (inputs, outputs, core handles). Inputs are the tensors where the core can use their memory, else contiguous
+    copies (on the GPU for the NCCL path, else on the host); outputs are the inputs in place, the given ones, new
+    tensors sized by the description, or None where the core allocates them (rows gathered on the host)."""
+    inputs = [gpu_path.device_copy(t) if on_gpu else staging.host_copy(t) for t in tensors]
+    if in_place:
+        outputs = inputs
+    elif outputs is None:
+        shapes = [output_shape(collective, n, tuple(i.shape), process_set) for i, n in zip(inputs, names)]
+        outputs = [None if shape is None else torch.empty(shape, dtype=i.dtype, device=i.device)
+                   for i, shape in zip(inputs, shapes)]
+    requests = [request_for(collective, n, staging.core_dtype(i), tuple(i.shape), staging.address(i),
+                            0 if o is None else staging.address(o), splits=splits, process_set=process_set,
+                            keepalive=(i, o), gpu=gpu_path.placement(i) if on_gpu else None, **arguments)
                 for i, o, n in zip(inputs, outputs, names)]
     core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
+    return inputs, outputs, core
 
-    def finish(core_handles):
+
+def _results(tensors, inputs, outputs, core_handles, on_gpu, in_place=False):
+    """The results of finished core handles where the caller's tensors live: written into them in place, else the
+    outputs (on the GPU, ordered after the collective on the current stream; on the host, moved to the tensors'
+    device, those the core allocated copied out of its memory first)."""
+    if on_gpu:
         gpu_path.order_after(core_handles, tensors[0].device)
-        return [staging.write_back(t, o) for t, o in zip(tensors, outputs)] if in_place else outputs
-    return core, finish
+    if in_place:
+        return [staging.write_back(t, i) for t, i in zip(tensors, inputs)]
+    if on_gpu:
+        return outputs
+    return [staging.to_device(staging.tensor_from_core(c, t.dtype) if o is None else o, t)
+            for t, o, c in zip(tensors, outputs, core_handles)]
 
+
+def _group(collective, tensors, names, process_set, on_gpu, in_place=False, **arguments):
+    """_submitted's core handles, and the function that makes their results."""
+    inputs, outputs, core = _submitted(collective, tensors, names, process_set, on_gpu, in_place, **arguments)
+    return core, lambda core_handles: _results(tensors, inputs, outputs, core_handles, on_gpu, in_place)
+
+
+# ---------------------------------------------------------------------------------------------- allreduce
 
 def _allreduce_group(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place):
-    """Submits one allreduce per tensor as a group; returns a handle whose result is the list of outputs."""
+    """Submits one allreduce per tensor as a group; returns the core handles and the function of their results."""
     check_op(op)
-    if gpu_path.serves(tensors, "allreduce", op, prescale_factor, postscale_factor):
-        return _allreduce_on_gpu(tensors, names, op, prescale_factor, postscale_factor, process_set, in_place)
-    hosts = [staging.host_copy(t) for t in tensors]
-    outs = hosts if in_place else [staging.host_empty(h.shape, h.dtype) for h in hosts]
-    requests = [_allreduce_request(h, o, n, op, prescale_factor, postscale_factor, process_set)
-                for h, o, n in zip(hosts, outs, names)]
-    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
-
-    def finish(_):
-        if in_place:
-            return [staging.write_back(t, h) for t, h in zip(tensors, hosts)]
-        return [staging.to_device(o, t) for t, o in zip(tensors, outs)]
-    return core, finish
+    on_gpu = gpu_path.serves(tensors, Collective.ALLREDUCE, op, prescale_factor, postscale_factor)
+    return _group(Collective.ALLREDUCE, tensors, names, process_set, on_gpu, in_place, op=op,
+                  prescale_factor=prescale_factor, postscale_factor=postscale_factor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -127,39 +137,19 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 # ---------------------------------------------------------------------------------------------- allgather
 
-def _allgather_on_gpu(tensors, names, process_set):
-    """As _allgather_group, in GPU memory through NCCL: every rank's first dimensions are gathered on the host
-    first, so that the outputs exist before the GPU all-gather writes them."""
-    inputs = [gpu_path.device_copy(t) for t in tensors]
-    rows = core_ops.allgather(np.array([i.shape[0] for i in inputs], np.int64), name=f"{names[0]}.rows",
-                              process_set=process_set).reshape(process_set.size(), len(inputs)).sum(axis=0)
-    outputs = [torch.empty((int(r),) + tuple(i.shape[1:]), dtype=i.dtype, device=i.device) for r, i in zip(rows, inputs)]
-    requests = [Request(collective=Collective.ALLGATHER, name=n, dtype=staging.core_dtype(i), shape=tuple(i.shape),
-                        input_ptr=staging.address(i), output_ptr=staging.address(o), process_set=process_set,
-                        keepalive=(i, o), gpu=gpu_path.placement(i))
-                for i, o, n in zip(inputs, outputs, names)]
-    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
-
-    def finish(core_handles):
-        gpu_path.order_after(core_handles, tensors[0].device)
-        return outputs
-    return core, finish
+def _gpu_allgather_outputs(tensors, names, process_set):
+    """The outputs of a GPU all-gather: every rank's first dimensions are gathered on the host first, so that the
+    outputs exist before the GPU all-gather writes them."""
+    rows = core_ops.allgather(np.array([t.shape[0] for t in tensors], np.int64), name=f"{names[0]}.rows",
+                              process_set=process_set).reshape(process_set.size(), len(tensors)).sum(axis=0)
+    return [torch.empty((int(r),) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device) for r, t in zip(rows, tensors)]
 
 
 def _allgather_group(tensors, names, process_set):
-    if gpu_path.serves(tensors, "allgather"):
-        return _allgather_on_gpu(tensors, names, process_set)
-    hosts = [staging.host_copy(t) for t in tensors]
-    requests = [Request(collective=Collective.ALLGATHER, name=n, dtype=staging.core_dtype(h),
-                        shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=0,
-                        process_set=process_set, keepalive=(h,))
-                for h, n in zip(hosts, names)]
-    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
-
-    def finish(core_handles):
-        return [staging.to_device(staging.tensor_from_core(c, t.dtype), t)
-                for c, t in zip(core_handles, tensors)]
-    return core, finish
+    on_gpu = gpu_path.serves(tensors, Collective.ALLGATHER)
+    outputs = _gpu_allgather_outputs(tensors, names, process_set) if on_gpu else None
+    inputs, outputs, core = _submitted(Collective.ALLGATHER, tensors, names, process_set, on_gpu, outputs=outputs)
+    return core, lambda core_handles: _results(tensors, inputs, outputs, core_handles, on_gpu)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -203,23 +193,10 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 # ---------------------------------------------------------------------------------------------- broadcast
 
 def _broadcast(tensor, root_rank, name, process_set, in_place):
-    on_gpu = gpu_path.serves([tensor], "broadcast")
-    host = gpu_path.device_copy(tensor) if on_gpu else staging.host_copy(tensor)
-    out = host if in_place else torch.empty_like(host) if on_gpu else staging.host_empty(host.shape, host.dtype)
-    request = Request(collective=Collective.BROADCAST, name=_single(name, "broadcast", process_set),
-                      dtype=staging.core_dtype(host), shape=tuple(host.shape),
-                      input_ptr=staging.address(host), output_ptr=staging.address(out),
-                      root_rank=process_set.root_in_set(root_rank), process_set=process_set, keepalive=(host, out),
-                      gpu=gpu_path.placement(host) if on_gpu else None)
-    core = [submit(request)]
-    if on_gpu:
-        def finish(core_handles):
-            gpu_path.order_after(core_handles, tensor.device)
-            return staging.write_back(tensor, host) if in_place else out
-        return handles.register(core, finish)
-    if in_place:
-        return handles.register(core, lambda _: staging.write_back(tensor, host))
-    return handles.register(core, lambda _: staging.to_device(out, tensor))
+    on_gpu = gpu_path.serves([tensor], Collective.BROADCAST)
+    core, finish = _group(Collective.BROADCAST, [tensor], [_single(name, "broadcast", process_set)], process_set,
+                          on_gpu, in_place, root_rank=root_rank)
+    return handles.register(core, lambda hs: finish(hs)[0])
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -234,44 +211,30 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 # ----------------------------------------------------------------------------------------------- alltoall
 
-def _alltoall_on_gpu(tensor, split_list, name, process_set):
-    """alltoall in GPU memory through NCCL: how many rows each rank receives is exchanged on the host first, so
-    that the output exists before the GPU exchange writes it."""
-    size = process_set.size()
-    if split_list is None:
-        split_list = [tensor.shape[0] // size] * size
+def _gpu_alltoall_output(tensor, split_list, name, process_set):
+    """The output of a GPU alltoall: how many rows each rank receives is exchanged on the host first, so that the
+    output exists before the GPU exchange writes it."""
     received = core_ops.alltoall(np.array(split_list, np.int32), name=f"{name}.splits", process_set=process_set)
-    received = received[0] if isinstance(received, tuple) else received
-    source = gpu_path.device_copy(tensor)
-    output = torch.empty((int(received.sum()),) + tuple(source.shape[1:]), dtype=source.dtype, device=source.device)
-    request = Request(collective=Collective.ALLTOALL, name=name, dtype=staging.core_dtype(source),
-                      shape=tuple(source.shape), input_ptr=staging.address(source), output_ptr=staging.address(output),
-                      splits=split_list, process_set=process_set, keepalive=(source, output),
-                      gpu=gpu_path.placement(source))
-
-    def finish(core_handles):
-        gpu_path.order_after(core_handles, tensor.device)
-        return output, torch.tensor(core_handles[0].received_splits(), dtype=torch.int32)
-    return handles.register([submit(request)], finish)
+    return torch.empty((int(received.sum()),) + tuple(tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts scattering slices of ``tensor`` (``splits[i]`` rows to rank i; equal when None) and gathering
     what the others send. The result is ``(output, received_splits)``."""
     split_list = staging.int_list(splits, "splits")
-    if gpu_path.serves([tensor], "alltoall"):
-        return _alltoall_on_gpu(tensor, split_list, _single(name, "alltoall", process_set), process_set)
-    host = staging.host_copy(tensor)
-    request = Request(collective=Collective.ALLTOALL, name=_single(name, "alltoall", process_set),
-                      dtype=staging.core_dtype(host), shape=tuple(host.shape),
-                      input_ptr=staging.address(host), output_ptr=0, splits=split_list,
-                      process_set=process_set, keepalive=(host,))
-    core = [submit(request)]
+    name = _single(name, "alltoall", process_set)
+    on_gpu = gpu_path.serves([tensor], Collective.ALLTOALL)
+    outputs = None
+    if on_gpu:
+        size = process_set.size()
+        split_list = split_list if split_list is not None else [tensor.shape[0] // size] * size
+        outputs = [_gpu_alltoall_output(tensor, split_list, name, process_set)]
+    inputs, outputs, core = _submitted(Collective.ALLTOALL, [tensor], [name], process_set, on_gpu, outputs=outputs,
+                                       splits=split_list)
 
     def finish(core_handles):
-        output = staging.to_device(staging.tensor_from_core(core_handles[0], tensor.dtype), tensor)
-        received = torch.tensor(core_handles[0].received_splits(), dtype=torch.int32)
-        return output, received
+        output = _results([tensor], inputs, outputs, core_handles, on_gpu)[0]
+        return output, torch.tensor(core_handles[0].received_splits(), dtype=torch.int32)
     return handles.register(core, finish)
 
 
@@ -279,28 +242,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 def _reducescatter_group(tensors, names, op, prescale_factor, postscale_factor, process_set):
     check_op(op)
-    on_gpu = gpu_path.serves(tensors, "reducescatter", op, prescale_factor, postscale_factor)
-    hosts = [gpu_path.device_copy(t) if on_gpu else staging.host_copy(t) for t in tensors]
-    size, rank = process_set.size(), process_set.rank()
-    outs = []
-    for h in hosts:
-        if h.dim() == 0:
-            raise ValueError("reducescatter needs a tensor with at least one dimension")
-        rows = core_ops.reducescatter_rows(h.shape[0], size, rank)
-        outs.append(torch.empty((rows,) + tuple(h.shape[1:]), dtype=h.dtype, device=h.device))
-    requests = [Request(collective=Collective.REDUCESCATTER, name=n, dtype=staging.core_dtype(h),
-                        shape=tuple(h.shape), input_ptr=staging.address(h), output_ptr=staging.address(o),
-                        op=op, prescale_factor=float(prescale_factor), postscale_factor=float(postscale_factor),
-                        process_set=process_set, keepalive=(h, o), gpu=gpu_path.placement(h) if on_gpu else None)
-                for h, o, n in zip(hosts, outs, names)]
-    core = submit_group(requests) if len(requests) != 1 else [submit(requests[0])]
-
-    def finish(core_handles):
-        if on_gpu:
-            gpu_path.order_after(core_handles, tensors[0].device)
-            return outs
-        return [staging.to_device(o, t) for o, t in zip(outs, tensors)]
-    return core, finish
+    on_gpu = gpu_path.serves(tensors, Collective.REDUCESCATTER, op, prescale_factor, postscale_factor)
+    return _group(Collective.REDUCESCATTER, tensors, names, process_set, on_gpu, op=op,
+                  prescale_factor=prescale_factor, postscale_factor=postscale_factor)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,

@@ -17,6 +17,7 @@ the same order, so the names agree).
 import torch
 
 from hvdlite import basics
+from hvdlite.requests import Collective, output_first_dim
 
 from . import async_ops as aops
 from .async_ops import Average, Max, Min, Product, Sum
@@ -183,8 +184,8 @@ def _reducescatter_grad(x, shape, grad, op, pre, post, process_set, name):
         scale = pre * post * (process_set.size() if op == Sum else 1)
         return gathered if scale == 1 else gathered * scale
     # reducescatter(x) is this rank's block of allreduce(x): pad the gradient to the full shape.
-    from hvdlite.ops import reducescatter_rows
-    offset = sum(reducescatter_rows(shape[0], process_set.size(), r) for r in range(process_set.rank()))
+    offset = sum(output_first_dim(Collective.REDUCESCATTER, shape[0], process_set.size(), r)
+                 for r in range(process_set.rank()))
     padded = grad.new_zeros(shape)
     padded.narrow(0, offset, grad.shape[0]).copy_(grad)
     return allreduce_grad(x, padded, op, pre, post, process_set, name)

@@ -5,6 +5,7 @@ several GPUs), staging.py copies through host memory instead."""
 import torch
 
 from hvdlite import gpu
+from hvdlite.requests import describe
 
 from . import staging
 
@@ -26,11 +27,11 @@ def on_one_gpu(tensors):
 
 
 def serves(tensors, collective, op=0, prescale_factor=1.0, postscale_factor=1.0):
-    """Whether the NCCL path runs this request of ``tensors`` (on one GPU; at least one dimension for the
-    collectives along the first)."""
+    """Whether the NCCL path runs this request of ``tensors`` (a Collective number or its name; on one GPU; the
+    dimensions the collective's description asks for)."""
     if not on_one_gpu(tensors):
         return False
-    if collective in ("allgather", "alltoall", "reducescatter") and any(t.dim() == 0 for t in tensors):
+    if any(t.dim() < describe(collective).min_ndim for t in tensors):
         return False
     if any(t.dtype not in staging.CORE_DTYPES for t in tensors):
         return False

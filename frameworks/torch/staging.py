@@ -9,19 +9,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
-CORE_DTYPES = {
-    torch.uint8: "uint8",
-    torch.uint16: "uint16",
-    torch.int8: "int8",
-    torch.int16: "int16",
-    torch.int32: "int32",
-    torch.int64: "int64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.bool: "bool",
-}
+from hvdlite.requests import DTYPES
+
+# torch's dtype -> the core's name, for every type of the header's enum (named as torch names them).
+CORE_DTYPES = {getattr(torch, name): name for name in DTYPES}
 
 
 REDUCIBLE_DTYPES = frozenset(CORE_DTYPES) - {torch.bool}

@@ -48,6 +48,33 @@ enum hvdlite_collective {
   HVDLITE_JOIN = 6
 };
 
+/* How a collective's output is sized (hvdlite_collective_info.output). */
+enum hvdlite_output_rule {
+  HVDLITE_OUTPUT_LIKE_INPUT = 0,   /* the caller's buffer, shaped as the input (allreduce, broadcast) */
+  HVDLITE_OUTPUT_RANK_BLOCK = 1,   /* the caller's buffer, this rank's block of the input's first dimension: the first
+                                      dim0 % size ranks of the set get one row more (reducescatter) */
+  HVDLITE_OUTPUT_GATHERED = 2,     /* rows from other ranks: every rank's (allgather) or those sent here (alltoall);
+                                      the core allocates it, except for a GPU request (see hvdlite_request.output) */
+  HVDLITE_OUTPUT_NONE = 3          /* no tensor (barrier, join) */
+};
+
+/* What one collective's request holds and how its output is sized: one entry per enum hvdlite_collective, read by
+ * every adapter and by the core's own checks. Fields a collective does not take are ignored in its requests. */
+typedef struct {
+  const char *name;        /* "allreduce", ...: in messages, and the stem of automatic tensor names */
+  int32_t output;          /* enum hvdlite_output_rule */
+  int32_t takes_op;        /* reduce_op, prescale_factor and postscale_factor are read (and must agree) */
+  int32_t takes_root;      /* root_rank is read (and must agree) */
+  int32_t takes_splits;    /* splits is read */
+  int32_t min_ndim;        /* fewer dimensions are refused: 1 where rows are gathered, split or scattered */
+} hvdlite_collective_info;
+
+/* The description of collective (enum hvdlite_collective), or NULL for a number that is none. */
+const hvdlite_collective_info *hvdlite_collective_describe(int32_t collective);
+/* The output's first dimension on rank set_rank of a set of set_size ranks, for an input whose first dimension is
+ * first_dim; -1 where the caller cannot know it alone (GATHERED, NONE) or the arguments are out of range. */
+int64_t hvdlite_output_first_dim(int32_t collective, int64_t first_dim, int32_t set_size, int32_t set_rank);
+
 /* When async collectives run while ranks still compute: AUTO overlaps them only where every rank of a
  * node has a core of its own beyond its training thread (more cores than local ranks). */
 enum hvdlite_overlap {

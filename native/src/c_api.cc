@@ -7,6 +7,7 @@
 #include "gpu/gpu_libraries.h"
 #include "hvdlite.h"
 #include "base/logging.h"
+#include "base/collective_info.h"
 
 using namespace hvdlite;
 
@@ -27,7 +28,7 @@ bool ToEntry(const hvdlite_request &r, Entry *e, std::string *error) {
     *error = "Unsupported dtype code " + std::to_string(r.dtype) + " for tensor '" + std::string(r.name) + "'";
     return false;
   }
-  if (r.collective < HVDLITE_ALLREDUCE || r.collective > HVDLITE_JOIN || r.ndim < 0 || (r.ndim > 0 && !r.shape)) {
+  if (!hvdlite_collective_describe(r.collective) || r.ndim < 0 || (r.ndim > 0 && !r.shape)) {
     *error = "Malformed request for tensor '" + std::string(r.name) + "'";
     return false;
   }
@@ -99,6 +100,14 @@ int hvdlite_local_size(void) { return Core::Get().topology().local_size; }
 int hvdlite_cross_rank(void) { return Core::Get().topology().cross_rank; }
 int hvdlite_cross_size(void) { return Core::Get().topology().cross_size; }
 int hvdlite_mpi_threads_supported(void) { return Core::Get().topology().threads_supported ? 1 : 0; }
+
+const hvdlite_collective_info *hvdlite_collective_describe(int32_t collective) {
+  return DescribeCollective(static_cast<Collective>(collective));
+}
+
+int64_t hvdlite_output_first_dim(int32_t collective, int64_t first_dim, int32_t set_size, int32_t set_rank) {
+  return OutputFirstDim(static_cast<Collective>(collective), first_dim, set_size, set_rank);
+}
 
 namespace {
 hvdlite_handle AddProcessSet(Collective change, const int32_t *ranks, int32_t nranks, char *error, int error_len) {

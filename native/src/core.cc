@@ -13,6 +13,7 @@
 #include "base/progress_watchdog.h"
 #include "base/reduce_kernels.h"
 #include "negotiation/request_validation.h"
+#include "base/collective_info.h"
 
 namespace hvdlite {
 namespace {

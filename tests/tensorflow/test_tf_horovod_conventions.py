@@ -77,6 +77,11 @@ def bad_arguments():
          ["conv.rows"]),
         ("a dtype the core does not carry", lambda: hvd.allreduce(tf.ones([2], tf.complex64), name="conv.complex"),
          ["conv.complex", "complex64"]),
+        # The collectives along the first dimension take no scalar (min_ndim of their description in the header).
+        ("a scalar to allgather", lambda: hvd.allgather(tf.constant(1.0), name="conv.scalar_ag"),
+         ["conv.scalar_ag", "allgather", "dimension"]),
+        ("a scalar to reducescatter", lambda: hvd.reducescatter(tf.constant(1.0), name="conv.scalar_rs"),
+         ["conv.scalar_rs", "reducescatter", "dimension"]),
     ]
 
 

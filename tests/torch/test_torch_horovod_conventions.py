@@ -74,6 +74,12 @@ def test_a_refused_request_is_a_runtime_error_as_in_horovod(checks):
                           match=["Adasum", "conv."])
     checks.close("the name works afterwards", hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Sum, name="conv.rs"),
                  np.full(1, float(hvd.size())))
+    # The collectives along the first dimension take no scalar (min_ndim of their description in the header).
+    for label, call in (("allgather", lambda: hvd.allgather(torch.tensor(1.0), name="conv.scalar_ag")),
+                        ("alltoall", lambda: hvd.alltoall(torch.tensor(1.0), name="conv.scalar_a2a")),
+                        ("reducescatter", lambda: hvd.reducescatter(torch.tensor(1.0), name="conv.scalar_rs"))):
+        checks.raises(f"{label} of a scalar", RuntimeError, call, match=["conv.scalar", label, "dimension"])
+    checks.close("a collective afterwards", hvd.allgather(torch.ones(1), name="conv.scalar_ag"), np.ones(hvd.size()))
 
 
 def test_process_set_broadcast_takes_a_global_root(checks):

@@ -37,6 +37,14 @@ void CheckTensor(const at::Tensor &t, const char *collective) {
                    "float64)");
 }
 
+// The dimensions the core's collective (its description in the header) needs of a tensor, refused here with the
+// name of the call that asked.
+void CheckDims(int32_t core_collective, const at::Tensor &t, const char *call) {
+  const hvdlite_collective_info *info = hvdlite_collective_describe(core_collective);
+  TORCH_CHECK_VALUE(t.dim() >= info->min_ndim, "hvdlite: ", call, " (", info->name, ") takes tensors of at least ",
+                    info->min_ndim, " dimension, got shape ", t.sizes());
+}
+
 void CheckTensors(const std::vector<at::Tensor> &tensors, const char *collective) {
   for (const at::Tensor &t : tensors) CheckTensor(t, collective);
 }
@@ -239,7 +247,10 @@ HvdliteBackend::Request HvdliteBackend::MakeRequest(int32_t collective, const st
                                                     const Placement &placement) const {
   Request r;
   r.name = name;
-  if (input.defined()) r.shape.assign(input.sizes().begin(), input.sizes().end());
+  if (input.defined()) {
+    CheckDims(collective, input, hvdlite_collective_describe(collective)->name);
+    r.shape.assign(input.sizes().begin(), input.sizes().end());
+  }
   hvdlite_request &q = r.request;
   q.collective = collective;
   q.dtype = input.defined() ? CoreDtype(input) : HVDLITE_UINT8;
@@ -591,7 +602,7 @@ c10::intrusive_ptr<c10d::Work> HvdliteBackend::alltoall_base(at::Tensor &output,
                                                              const c10d::AllToAllOptions &) {
   CheckTensor(input, "all_to_all_single");
   CheckTensor(output, "all_to_all_single");
-  TORCH_CHECK_VALUE(input.dim() >= 1, "hvdlite: all_to_all_single needs at least one dimension");
+  CheckDims(HVDLITE_ALLTOALL, input, "all_to_all_single");
   const Placement placement = PlacementOf("all_to_all_single", {{input, output}});
   at::Tensor send = input.contiguous();
   std::vector<int32_t> splits;  // rows to each rank; none: equal

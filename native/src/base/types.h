@@ -78,20 +78,4 @@ inline const char *ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
-inline const char *CollectiveName(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kAlltoall: return "alltoall";
-    case Collective::kReducescatter: return "reducescatter";
-    case Collective::kBarrier: return "barrier";
-    case Collective::kJoin: return "join";
-    case Collective::kAddProcessSet: return "add_process_set";
-    case Collective::kRemoveProcessSet: return "remove_process_set";
-    case Collective::kAddProcessSetOfMembers: return "add_process_set_of_members";
-  }
-  return "unknown";
-}
-
 }  // namespace hvdlite

@@ -11,6 +11,7 @@
 #include "negotiation/messages.h"
 #include "negotiation/process_set.h"
 #include "base/timeline.h"
+#include "base/collective_info.h"
 
 namespace hvdlite {
 

@@ -5,6 +5,7 @@
 
 #include "gpu/gpu_libraries.h"
 #include "base/half.h"
+#include "base/collective_info.h"
 
 namespace hvdlite::gpu {
 namespace {
@@ -353,7 +354,7 @@ std::string NcclExecutor::Reducescatter(Device &d, ncclComm_t comm, const CommCo
     error = NcclFailed("ncclGroupStart", Nccl().ncclGroupStart());
     size_t offset = 0;
     for (int r = 0; r < ctx.size && error.empty(); ++r) {
-      const size_t count = static_cast<size_t>((rows / ctx.size + (r < rows % ctx.size ? 1 : 0)) * row_elements);
+      const size_t count = static_cast<size_t>(OutputFirstDim(spec.collective, rows, ctx.size, r) * row_elements);
       error = NcclFailed("ncclReduce", Nccl().ncclReduce(At(local.input, offset * element), local.output, count, type,
                                                          reduction.op, r, comm, d.stream));
       offset += count;

@@ -2,6 +2,7 @@
 
 #include "base/mpi_types.h"
 #include "base/reduce_kernels.h"
+#include "base/collective_info.h"
 
 namespace hvdlite {
 
@@ -15,7 +16,7 @@ std::string ReducescatterExecutor::Run(const ProcessSet &set, const FusedBatch &
   const size_t element = DataTypeSize(spec.dtype);
   std::vector<int> counts(ctx.size);
   for (int r = 0; r < ctx.size; ++r) {
-    int64_t my_rows = rows / ctx.size + (r < rows % ctx.size ? 1 : 0);
+    const int64_t my_rows = OutputFirstDim(spec.collective, rows, ctx.size, r);
     if (!FitsInt(my_rows * row_elements)) return "reducescatter of tensor '" + spec.name + "' is too large";
     counts[r] = static_cast<int>(my_rows * row_elements);
   }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "negotiation/request_validation.h"
+#include "base/collective_info.h"
 
 namespace hvdlite {
 

@@ -1,4 +1,5 @@
 #include "negotiation/request_validation.h"
+#include "base/collective_info.h"
 
 #include <sstream>
 
@@ -32,14 +33,12 @@ std::string Disagreement(const std::vector<const Request *> &requests, const Req
   return "";
 }
 
-bool ReducesValues(Collective c) { return c == Collective::kAllreduce || c == Collective::kReducescatter; }
-
 }  // namespace
 
 std::string CheckLocalRequest(const Request &r, int32_t set_size) {
   // Plain string concatenation: this runs for every request, and an ostringstream costs more than the checks.
   if (r.name.empty()) return "tensor name must not be empty";
-  if (ReducesValues(r.collective)) {
+  if (TakesOp(r.collective)) {
     if (r.dtype == DataType::kBool) {
       return std::string("Unsupported dtype bool for ") + CollectiveName(r.collective) + " of tensor '" + r.name +
              "' (bool is supported by allgather, broadcast and alltoall)";
@@ -61,14 +60,15 @@ std::string CheckLocalRequest(const Request &r, int32_t set_size) {
       return "Unknown reduce op " + std::to_string(static_cast<int32_t>(r.op)) + " for tensor '" + r.name + "'";
     }
   }
-  if (r.collective == Collective::kBroadcast && (r.root_rank < 0 || r.root_rank >= set_size)) {
-    return "Invalid root rank " + std::to_string(r.root_rank) + " for broadcast of tensor '" + r.name +
+  if (TakesRoot(r.collective) && (r.root_rank < 0 || r.root_rank >= set_size)) {
+    return "Invalid root rank " + std::to_string(r.root_rank) + " for " + CollectiveName(r.collective) + " of tensor '" + r.name +
            "': the process set has " + std::to_string(set_size) + " ranks";
   }
-  if ((r.collective == Collective::kAllgather || r.collective == Collective::kAlltoall ||
-       r.collective == Collective::kReducescatter) && r.shape.empty()) {
+  const hvdlite_collective_info *info = DescribeCollective(r.collective);
+  if (info && static_cast<int32_t>(r.shape.size()) < info->min_ndim) {
     return std::string(CollectiveName(r.collective)) + " of tensor '" + r.name +
-           "' needs at least one dimension (got a scalar)";
+           "' takes tensors of at least " + std::to_string(info->min_ndim) + " dimension, got " +
+           std::to_string(r.shape.size()) + " (reshape a scalar to [1])";
   }
   for (int64_t d : r.shape) {
     if (d < 0) return "Negative dimension in shape of tensor '" + r.name + "'";
@@ -96,7 +96,7 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
   if (!error.empty()) return response;
 
   Collective c = first->collective;
-  if (ReducesValues(c)) {
+  if (TakesOp(c)) {
     check("reduce ops", [](const Request &r) { return r.op; },
           [](const Request &r) { return std::string(ReduceOpName(r.op)); });
     check("prescale factors", [](const Request &r) { return r.prescale; },
@@ -104,7 +104,7 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
     check("postscale factors", [](const Request &r) { return r.postscale; },
           [](const Request &r) { return std::to_string(r.postscale); });
   }
-  if (c == Collective::kBroadcast) {
+  if (TakesRoot(c)) {
     check("root ranks", [](const Request &r) { return r.root_rank; },
           [](const Request &r) { return std::to_string(r.root_rank); });
   }
@@ -112,7 +112,7 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
     check("process set ranks", [](const Request &r) { return r.ranks; },
           [](const Request &r) { return ListString(r.ranks); });
   }
-  if (c == Collective::kAllgather || c == Collective::kAlltoall) {
+  if (GathersRows(c)) {
     // Any first dimension; the rest must agree.
     check("shapes (all but the first dimension)",
           [](const Request &r) { return std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()); },
@@ -120,7 +120,7 @@ Response AgreeOnResponse(const std::vector<const Request *> &requests) {
     if (c == Collective::kAllgather && error.empty()) {
       for (const Request *r : requests) response.first_dims.push_back(r && !r->shape.empty() ? r->shape[0] : 0);
     }
-  } else if (c != Collective::kBarrier && c != Collective::kJoin) {
+  } else if (HasTensor(c)) {
     check("shapes", [](const Request &r) { return r.shape; }, [](const Request &r) { return ListString(r.shape); });
   }
   return response;

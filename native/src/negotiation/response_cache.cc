@@ -1,4 +1,5 @@
 #include "negotiation/response_cache.h"
+#include "base/collective_info.h"
 
 #include <atomic>
 #include <functional>
@@ -35,8 +36,7 @@ bool ResponseCache::CrossedThrashThreshold() {
 }
 
 bool ResponseCache::Cacheable(Collective c) {
-  return c == Collective::kAllreduce || c == Collective::kAllgather || c == Collective::kBroadcast ||
-         c == Collective::kAlltoall || c == Collective::kReducescatter;
+  return HasTensor(c);
 }
 
 int32_t ResponseCache::Lookup(const std::string &name) const {
@@ -52,7 +52,7 @@ bool ResponseCache::Matches(int32_t bit, const Request &local, int32_t my_rank) 
       s.shape.size() != local.shape.size()) {
     return false;
   }
-  bool variable_first_dim = s.collective == Collective::kAllgather || s.collective == Collective::kAlltoall;
+  bool variable_first_dim = GathersRows(s.collective);
   for (size_t d = variable_first_dim ? 1 : 0; d < s.shape.size(); ++d) {
     if (s.shape[d] != local.shape[d]) return false;
   }
