@@ -57,6 +57,11 @@ def fusion_block(result):
     return machine_block(result) + "\n\n![fusion](benchmarks/fusion.png)\n\n" + result["table"]
 
 
+def binding_block(result):
+    return (machine_block(result) + "\n\n![the per-tensor calls through each binding](benchmarks/binding.png)\n\n"
+            + result["table"])
+
+
 def torch_block(result):
     r = result["results"]
     lines = ["| framework | samples/s (median of rounds) | per round |", "|---|---:|---|"]
@@ -275,6 +280,9 @@ def plot_all(results):
     if results.get("fusion"):
         import fusion
         fusion.plot(results["fusion"], os.path.join(PLOTS, "fusion.png"))
+    if results.get("binding"):
+        import binding
+        binding.plot(results["binding"], os.path.join(PLOTS, "binding.png"))
     if results.get("torch_ddp_backend"):
         import torch_ddp_backend
         torch_ddp_backend.plot(os.path.join(PLOTS, "torch_ddp_backend.png"), results["torch_ddp_backend"]["results"])
@@ -302,7 +310,7 @@ def replace_block(text, name, body):
 
 
 def main():
-    results = {name: load(name) for name in ("allreduce", "fusion", "torch_synthetic", "torch_ddp_backend",
+    results = {name: load(name) for name in ("allreduce", "fusion", "binding", "torch_synthetic", "torch_ddp_backend",
                                              "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
                                              "autotune",
                                              "multihost", "scale", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
@@ -311,7 +319,8 @@ def main():
     with open(DOC) as f:
         text = f.read()
     text = replace_block(text, "summary", summary_block(results))
-    for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("torch_synthetic", torch_block),
+    for name, render in (("allreduce", allreduce_block), ("fusion", fusion_block), ("binding", binding_block),
+                         ("torch_synthetic", torch_block),
                          ("torch_ddp_backend", lambda r: torch_ddp_block(r, [
                              results[name] for name in ("torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts")
                              if results[name]])),

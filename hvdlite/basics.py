@@ -30,7 +30,7 @@ def init(comm=None, process_sets=None):
     """Starts hvdlite on this rank: every rank of ``comm`` (an mpi4py communicator, a list of ranks of
     MPI_COMM_WORLD, or None for all) calls it. Calling it again while running does nothing."""
     global _atexit_registered
-    if lib.hvdlite_is_initialized():
+    if _tensor_calls.is_initialized():
         return
     mpi_start.start_for_init(MPI)
     settings = config.resolve()
@@ -64,7 +64,7 @@ def shutdown():
 
 
 def is_initialized():
-    return bool(lib.hvdlite_is_initialized())
+    return _tensor_calls.is_initialized()
 
 
 # _require_init(): raises ValueError unless hvdlite has been initialized (the extension's check, which hvd.allreduce

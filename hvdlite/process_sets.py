@@ -4,6 +4,7 @@ Every rank of the job adds and removes process sets with the same arguments in t
 the core agrees on them through its own negotiation, so the ids match everywhere.
 """
 from ._native import error_buffer, error_text, ffi, lib
+from . import _tensor_calls  # noqa: E402  after _native, which loads the core it links against
 from .errors import HvdliteError
 
 
@@ -69,17 +70,19 @@ def _refresh_global(size):
     global_process_set.ranks = list(range(size))
 
 
-def _wait_for_change(handle, what):
-    if handle < 0:
+def _wait_for_change(handle_id, what):
+    """The result of a process-set change's handle. Handles are the extension's (Handle adopts the id), as every
+    handle Python waits for: each function of the header is reached through one binding."""
+    if handle_id < 0:
         raise AssertionError("unreachable")
+    handle = _tensor_calls.Handle(handle_id, (), what)
     try:
-        if lib.hvdlite_wait(handle) != 0:
-            buffer = error_buffer()
-            lib.hvdlite_handle_error(handle, buffer, len(buffer))
-            raise ValueError(f"{what} failed: {error_text(buffer)}")
-        return lib.hvdlite_handle_result(handle)
+        handle.wait()
+        return handle.result()
+    except HvdliteError as error:
+        raise ValueError(f"{what} failed: {error}") from None
     finally:
-        lib.hvdlite_release(handle)
+        handle.release()
 
 
 def add_process_set(process_set):

@@ -201,8 +201,6 @@ hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, i
 /* The same set, asked for by its members only (a framework that makes a group on its members alone): done once
  * they all have asked, the other ranks taking part on their own. A set of these ranks that exists is the result. */
 hvdlite_handle hvdlite_add_process_set_of_members(const int32_t *ranks, int32_t nranks, char *error, int error_len);
-/* Fills ranks (global ranks) up to capacity; returns the set's size or -1 if there is no such set. */
-int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t capacity);
 /* This rank's rank inside the set, or -1 if it is not a member or there is no such set. */
 int hvdlite_process_set_rank(int32_t process_set_id);
 

@@ -480,6 +480,10 @@ static PyObject *require_init_function(PyObject *module, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+static PyObject *is_initialized_function(PyObject *module, PyObject *unused) {
+  return PyBool_FromLong(hvdlite_is_initialized());
+}
+
 #define FASTCALL(function) (PyCFunction)(void (*)(void))(function), METH_FASTCALL
 
 #define ALLREDUCE_SIGNATURE \
@@ -516,6 +520,8 @@ PyMethodDef array_collective_functions[] = {
      "(the tensor itself where it is one, else a copy)."},
     {"require_init", require_init_function, METH_NOARGS,
      "require_init(): raises ValueError unless hvdlite has been initialized."},
+    {"is_initialized", is_initialized_function, METH_NOARGS,
+     "is_initialized() -> True while the core runs (between hvd.init() and shutdown)."},
     {"output_arena_bytes", output_arena_bytes, METH_NOARGS,
      "output_arena_bytes() -> bytes mapped for recycled outputs' chunks (output_arena.h)"},
     {NULL, NULL, 0, NULL}};

@@ -138,13 +138,12 @@ static int dtype_of(PyObject *dtype_name, PyObject *name) {
 static int fill_splits(PyObject *splits, PyObject *process_set, hvdlite_request *c, RequestParts *parts) {
   const Py_ssize_t count = int_array(splits, "splits", parts->name, 0, (void **)&parts->splits);
   if (count < 0) return -1;
-  Py_ssize_t set_size = hvdlite_size();
-  if (c->process_set_id != 0) {  /* the global set's ranks are the job's */
-    PyObject *ranks = PyObject_GetAttr(process_set, ranks_attribute);
-    set_size = ranks != NULL ? PyObject_Size(ranks) : -1;
-    Py_XDECREF(ranks);
-    if (set_size < 0) return -1;
-  }
+  /* The set's ranks as Python keeps them (the global set's refreshed at init): the job's size is a query of the
+   * cffi binding, not of this extension's. */
+  PyObject *ranks = PyObject_GetAttr(process_set, ranks_attribute);
+  const Py_ssize_t set_size = ranks != NULL ? PyObject_Size(ranks) : -1;
+  Py_XDECREF(ranks);
+  if (set_size < 0) return -1;
   if (count != set_size) {
     PyErr_Format(PyExc_ValueError, "alltoall of '%S': splits needs one entry per rank of the process set (%zd), "
                  "got %zd", parts->name, set_size, count);

@@ -147,13 +147,6 @@ hvdlite_handle hvdlite_remove_process_set(int32_t process_set_id, char *error, i
   return h;
 }
 
-int hvdlite_process_set_ranks(int32_t process_set_id, int32_t *ranks, int32_t capacity) {
-  std::vector<int32_t> members;
-  int n = Core::Get().ProcessSetRanks(process_set_id, &members);
-  for (int i = 0; i < n && i < capacity; ++i) ranks[i] = members[i];
-  return n;
-}
-
 int hvdlite_process_set_rank(int32_t process_set_id) { return Core::Get().ProcessSetRank(process_set_id); }
 
 namespace {
