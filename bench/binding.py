@@ -19,7 +19,6 @@ question it answers: does one binding technology (cffi, API mode) carry the per-
 extension's time on the figure a user sees (a step of 256 small gradients)?
 """
 import os
-import re
 import sys
 
 import numpy as np
@@ -255,8 +254,7 @@ def over_launches(args):
     text = tables(times, ratios, checks)
     print(f"\n{args.count} x {human_bytes(runs[0]['bytes_each'])} float32, {runs[0]['machine']['ranks']} ranks, "
           f"median of {args.launches} launches\n" + text, flush=True)
-    launch_command = re.sub(r"--json \S+", "--json LAUNCH.json", runs[0]["machine"]["command"])
-    machine = dict(runs[0]["machine"], command=common.this_command(), launch_command=launch_command)
+    machine = common.launches_machine(runs)
     extra = {path: median([run["extra_us_per_tensor"][path] for run in runs]) for path in PATHS}
     return {"benchmark": "binding", "machine": machine, "count": args.count, "bytes_each": runs[0]["bytes_each"],
             "repeats": args.repeats, "launches": args.launches, "times_ms": times, "ratios": ratios,
@@ -265,22 +263,8 @@ def over_launches(args):
 
 def main():
     parser = common.base_arguments(__doc__.splitlines()[0], "binding")
-    parser.add_argument("--count", type=int, default=256)
-    parser.add_argument("--kib", type=int, default=16)
-    parser.add_argument("--launches", type=int, default=3,
-                        help="separate jobs to run; figures are medians over them (1: this job only)")
-    parser.set_defaults(repeats=21)
-    args = parser.parse_args()
-    if args.quick:
-        args.repeats = min(args.repeats, 3)
-        args.launches = 1
-    if args.launches > 1 and common.size() == 1:
-        result = over_launches(args)
-    else:
-        common.relaunch_under_mpiexec()
-        result = measure(args)
-    common.write_json(args.json, result)
-
+    common.add_launch_arguments(parser, launches=3)
+    common.run_launches(parser.parse_args(), over_launches, measure)
 
 if __name__ == "__main__":
     main()

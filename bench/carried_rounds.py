@@ -20,9 +20,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 LAYOUTS = {"2x1": (2, 1), "4x1": (4, 1)}
 # (tensors, float32 elements in all): a small model of many tensors, and one of ResNet-18's size (62 tensors).
@@ -164,7 +162,7 @@ def main():
     args = parser.parse_args()
     if args.job:
         return run_job(args)
-    from harness.simulated_hosts import hosts_for_bench
+    from hvdlite.testing.simulated_hosts import hosts_for_bench
     rows, started = [], time.time()
     layouts = args.layouts.split(",")
     with hosts_for_bench(max(LAYOUTS[l][0] for l in layouts), "bench/carried_rounds.py",

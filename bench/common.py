@@ -8,6 +8,7 @@ are medians of per-round ratios, so slow drift of a noisy machine cancels out.
 import argparse
 import json
 import os
+import re
 import platform
 import statistics
 import subprocess
@@ -49,6 +50,39 @@ def separate_launches(script, count, options):
             with open(path) as f:
                 results.append(json.load(f))
     return results
+
+
+def launches_machine(runs):
+    """The machine record of a figure over separate launches: the first launch's, with the command that ran them
+    all and the one each launch ran (its JSON path a temporary file)."""
+    launch_command = re.sub(r"--json \S+", "--json LAUNCH.json", runs[0]["machine"]["command"])
+    return dict(runs[0]["machine"], command=this_command(), launch_command=launch_command)
+
+
+def add_launch_arguments(parser, launches):
+    """The arguments of a benchmark of small tensors whose figures are medians over separate launches."""
+    parser.add_argument("--count", type=int, default=256)
+    parser.add_argument("--kib", type=int, default=16)
+    parser.add_argument("--launches", type=int, default=launches,
+                        help="separate jobs to run; figures are medians over them (1: this job only)")
+    # 21 rounds, not 7: this VM's speed swings within seconds, and a round's batches run ~1 s apart. The same build
+    # gave 1.23-1.54x pointer-level one by one over five 7-round runs, 1.38-1.43x over three of 21 (medians alike).
+    parser.set_defaults(repeats=21)
+
+
+def run_launches(args, over_launches, measure):
+    """Run as plain python with --launches > 1: over_launches(args) (which runs separate launches); else this one
+    launch under mpiexec: measure(args). Writes --json and returns the result. --quick: one launch of 3 rounds."""
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
+        args.launches = 1
+    if args.launches > 1 and size() == 1:
+        result = over_launches(args)
+    else:
+        relaunch_under_mpiexec()
+        result = measure(args)
+    write_json(args.json, result)
+    return result
 
 
 def this_command():
@@ -273,11 +307,11 @@ def start_torch_distributed(backend="gloo"):
 
 def run_job_on_hosts(hosts, program, count, per_host, placement, network, timeout, what):
     """Runs program (an argv, to which ``--job-json PATH`` is appended) on count ranks of simulated hosts
-    (tests/harness/simulated_hosts.py), per_host a host, started from h1 in the project's root, and returns what its
+    (hvdlite/testing/simulated_hosts.py), per_host a host, started from h1 in the project's root, and returns what its
     rank 0 wrote to PATH. A job that fails or outlasts timeout ends the benchmark with a message naming `what`."""
     import tempfile
 
-    from harness import simulated_hosts
+    from hvdlite.testing import simulated_hosts
     with tempfile.TemporaryDirectory(prefix="hvdlite-bench-") as folder:
         job_json = os.path.join(folder, "job.json")
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")

@@ -23,7 +23,6 @@ own init (HVDLITE_FUSION_THRESHOLD=0); "one" is timed again, interleaved, in tha
 rounds of one phase.
 """
 import os
-import re
 import sys
 
 import numpy as np
@@ -244,8 +243,7 @@ def over_launches(args):
     text = tables(times, ratios, checks, ranges)
     print(f"\n{args.count} x {human_bytes(runs[0]['bytes_each'])} float32, {runs[0]['machine']['ranks']} ranks, "
           f"median of {args.launches} launches\n" + text, flush=True)
-    launch_command = re.sub(r"--json \S+", "--json LAUNCH.json", runs[0]["machine"]["command"])  # a temporary file
-    machine = dict(runs[0]["machine"], command=common.this_command(), launch_command=launch_command)
+    machine = common.launches_machine(runs)
     return {"benchmark": "fusion", "machine": machine, "count": args.count, "bytes_each": runs[0]["bytes_each"],
             "repeats": args.repeats, "launches": args.launches, "cache_capacity": runs[0]["cache_capacity"],
             "times_ms": times, "ratios": ratios,
@@ -257,26 +255,11 @@ def over_launches(args):
 
 def main():
     parser = common.base_arguments(__doc__.splitlines()[0], "fusion")
-    parser.add_argument("--count", type=int, default=256)
-    parser.add_argument("--kib", type=int, default=16)
-    parser.add_argument("--launches", type=int, default=5,
-                        help="separate jobs to run; figures are medians over them (1: this job only)")
-    # 21 rounds, not 7: this VM's speed swings within seconds, and a round's batches run ~1 s apart. The same build
-    # gave 1.23-1.54x pointer-level one by one over five 7-round runs, 1.38-1.43x over three of 21 (medians alike).
-    parser.set_defaults(repeats=21)
+    common.add_launch_arguments(parser, launches=5)
     args = parser.parse_args()
-    if args.quick:
-        args.repeats = min(args.repeats, 3)
-        args.launches = 1
-    if args.launches > 1 and common.size() == 1:
-        result = over_launches(args)
-    else:
-        common.relaunch_under_mpiexec()
-        result = measure(args)
-    common.write_json(args.json, result)
+    result = common.run_launches(args, over_launches, measure)
     if args.plot and common.rank() == 0:
         plot(result, args.plot)
-
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,7 @@
 
     sudo python bench/multihost.py [--quick] [--rates 0,1000] [--layouts 2x1,4x1,2x2,2x2rr] [--plot]
 
-The hosts are network namespaces on this machine (tests/harness/simulated_hosts.py: TCP through a bridge, each
+The hosts are network namespaces on this machine (hvdlite/testing/simulated_hosts.py: TCP through a bridge, each
 host link shaped with tc tbf in both directions), so it needs root. Each layout is one job per rate; each
 hvdlite algorithm needs its own init, so the job has one phase per algorithm, and MPI_Allreduce is timed again,
 interleaved, in each phase; ratios pair rounds of one phase (bench/common.py).
@@ -21,9 +21,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 # Phases: (HVDLITE_ALLREDUCE_ALGORITHM, HVDLITE_CROSS_HOST_TRANSPORT). The ring is the flat ring over MPI; the
 # hierarchical one crosses hosts over hvdlite's own TCP ring, and once more over MPI's point-to-point.
@@ -273,7 +271,7 @@ def main():
     args = parser.parse_args()
     if args.job:
         return run_job(args)
-    from harness.simulated_hosts import hosts_for_bench
+    from hvdlite.testing.simulated_hosts import hosts_for_bench
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else QUICK_SIZES if args.quick else SIZES
     if args.quick:
         args.repeats = min(args.repeats, 3)

@@ -3,7 +3,7 @@ in the same job.
 
     sudo python bench/scale.py [--hosts 2,4,8,16,32] [--rate-mbit 1000] [--quick] [--plot]
 
-Per host count h, in one job of h ranks (tests/harness/simulated_hosts.py: network namespaces on this machine,
+Per host count h, in one job of h ranks (hvdlite/testing/simulated_hosts.py: network namespaces on this machine,
 TCP through a bridge, each host link shaped with tc tbf; needs root):
 - the negotiation round: a synchronous all-reduce of an empty tensor with eager values and carried rounds off,
   which exchanges nothing but the round (across hosts: within each host over MPI, then the bits gathered around the
@@ -28,9 +28,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 HOSTS = (2, 4, 8, 16, 32)
 SIZES = {"4 KiB": 4096, "1 MiB": 1 << 20}
@@ -219,7 +217,7 @@ def main():
     args = parser.parse_args()
     if args.job:
         return run_job(args)
-    from harness.simulated_hosts import hosts_for_bench
+    from hvdlite.testing.simulated_hosts import hosts_for_bench
     if args.quick:
         args.repeats, args.budget = 3, 0.1
     counts = [int(h) for h in args.hosts.split(",")]

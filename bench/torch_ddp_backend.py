@@ -9,8 +9,8 @@ meanwhile.
     sudo python bench/torch_ddp_backend.py --hosts 2 --rate-mbit 1000    # 2 simulated hosts x 1 rank, 1 Gbit/s
     sudo python bench/torch_ddp_backend.py --hosts 4 --models resnet18,mlp,transformer --skip-allreduce
 
-With --hosts the ranks run one per simulated host (network namespaces on this machine, tests/harness/
-simulated_hosts.py: TCP through a bridge, each host's link shaped with tc tbf; needs root), started by MPICH's
+With --hosts the ranks run one per simulated host (network namespaces on this machine,
+hvdlite/testing/simulated_hosts.py: TCP through a bridge, each host's link shaped with tc tbf; needs root), started by MPICH's
 mpiexec; gloo goes through the same links (GLOO_SOCKET_IFNAME).
 
 Every process holds a default process group on hvdlite and a gloo group beside it (new_group(backend="gloo")), and
@@ -32,7 +32,6 @@ import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
-TESTS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests")  # tests/harness: simulated hosts, core threads
 TRAINERS = ("ddp_gloo", "ddp_hvdlite", "hvdlite_optimizer")
 LABELS = {"ddp_gloo": "DDP on gloo", "ddp_hvdlite": "DDP on hvdlite", "hvdlite_optimizer":
           "hvdlite DistributedOptimizer"}
@@ -100,8 +99,7 @@ def train_models(args, rank, size, gloo, log):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import hvdlite.torch as hvd
-    sys.path.insert(0, TESTS)
-    from harness import core_threads  # CPU time of hvdlite's background thread
+    from hvdlite.testing import core_threads  # CPU time of hvdlite's background thread
     results = {}
     for kind in args.models.split(","):
         torch.manual_seed(0)
@@ -377,8 +375,7 @@ def plot(path, results):
 
 
 def run_on_simulated_hosts(args, worker, env):
-    sys.path.insert(0, TESTS)
-    from harness import simulated_hosts
+    from hvdlite.testing import simulated_hosts
     with simulated_hosts.hosts_for_bench(args.hosts, "--hosts", rate_mbit=args.rate_mbit or None) as hosts:
         variables = [("MASTER_ADDR", hosts.address("h1")), ("GLOO_SOCKET_IFNAME", "eth0"),
                      ("OMP_NUM_THREADS", "1"), *simulated_hosts.NETWORK_LAYERS[args.network].items()]

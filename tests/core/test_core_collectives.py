@@ -11,7 +11,7 @@ import pytest
 import hvdlite as hvd
 from harness.numpy_groups import same_bytes_everywhere
 from harness.reference import DTYPES, check_close, np_dtype, rank_input, reduce_reference
-from harness.simulated_hosts import expected_topology_here, job_layout
+from hvdlite.testing.simulated_hosts import expected_topology_here, job_layout
 
 pytestmark = [pytest.mark.ranks(3, 2, 4),  # 3 first: odd sizes are where ring and direct all-reduce break
               pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20),  # a bug fails fast instead of hanging

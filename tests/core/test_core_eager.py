@@ -13,7 +13,7 @@ import pytest
 import hvdlite as hvd
 from harness.numpy_groups import same_bytes_everywhere
 from harness.reference import DTYPES, check_close, rank_input, reduce_reference
-from harness.simulated_hosts import job_layout
+from hvdlite.testing.simulated_hosts import job_layout
 
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
 REPEATS = 6

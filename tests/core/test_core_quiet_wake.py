@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hvdlite as hvd
-from harness import core_threads
+from hvdlite.testing import core_threads
 
 pytestmark = [pytest.mark.ranks(2, 3, 4), pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20),
               pytest.mark.across_hosts, pytest.mark.sanitize(address=True, thread=True)]

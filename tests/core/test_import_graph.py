@@ -11,15 +11,22 @@ from harness.processes import ROOT
 PACKAGE_DIR = os.path.dirname(os.path.abspath(hvdlite.__file__))
 
 
+# Where each package's modules live in this checkout: hvdlite/, the adapters installed as hvdlite.torch, ... (the
+# wheel's mapping in pyproject.toml), and the benchmarks, which import each other by their bare names.
+PACKAGE_ROOTS = {"hvdlite": PACKAGE_DIR, **{f"hvdlite.{framework}": os.path.join(ROOT, "frameworks", framework)
+                                            for framework in ("torch", "tensorflow", "keras")}, "": os.path.join(ROOT, "bench")}
+
+
 def modules():
-    """{module name: path} of every module of the hvdlite package (hvdlite/ in this checkout)."""
+    """{module name: path} of every module of the hvdlite package, its adapters and the benchmarks."""
     found = {}
-    for folder, _, files in os.walk(PACKAGE_DIR):
-        for file in files:
-            if file.endswith(".py"):
-                relative = os.path.relpath(os.path.join(folder, file), os.path.dirname(PACKAGE_DIR))[:-3]
-                name = relative.replace(os.sep, ".")
-                found[name[:-len(".__init__")] if name.endswith(".__init__") else name] = os.path.join(folder, file)
+    for package, top in PACKAGE_ROOTS.items():
+        for folder, _, files in os.walk(top):
+            for file in files:
+                if file.endswith(".py"):
+                    relative = os.path.relpath(os.path.join(folder, file), top)[:-3].replace(os.sep, ".")
+                    name = ".".join(filter(None, [package, relative]))
+                    found[name[:-len(".__init__")] if name.endswith(".__init__") else name] = os.path.join(folder, file)
     return found
 
 
@@ -73,10 +80,23 @@ EXTENSIONS = {"hvdlite._tensor_calls"}  # built from C (native/python/): imports
 
 def test_no_module_of_hvdlite_imports_itself_through_others():
     known = dict(modules(), **dict.fromkeys(EXTENSIONS, None))
-    assert {"hvdlite.basics", "hvdlite.ops", "hvdlite.runner.job"} <= set(known), sorted(known)
+    assert {"hvdlite.basics", "hvdlite.ops", "hvdlite.runner.job", "hvdlite.torch.async_ops",
+            "hvdlite.tensorflow.mpi_ops", "fusion", "common"} <= set(known), sorted(known)
     graph = {name: imported_modules(name, path, known) if path else set() for name, path in known.items()}
     circle = find_circle(graph)
     assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+def test_the_benchmarks_import_the_tests_machinery_normally_and_hvdlite_never():
+    """bench/ and tests/ share hvdlite.testing (simulated hosts, the core's threads): no benchmark puts tests/ on its
+    path, and no module of hvdlite or its adapters imports the testing package."""
+    known = modules()
+    for name, path in known.items():
+        source = open(path).read()
+        if os.path.dirname(path) == os.path.join(ROOT, "bench"):
+            assert '"tests"' not in source and "harness" not in source, f"{name} reaches into tests/"
+        elif not name.startswith("hvdlite.testing"):
+            assert "hvdlite.testing" not in imported_modules(name, path, known), f"{name} imports hvdlite.testing"
 
 
 def test_the_circle_finder_finds_a_circle():

@@ -15,7 +15,7 @@ outlives its limit (``@pytest.mark.timeout(S)``, else TEST_TIMEOUT_S) prints eve
 which ends the job (faulthandler's watchdog: it fires even while a C call holds the GIL); a job that dies or hangs fails the test that was running, and the group's remaining tests run in a new job.
 So ``pytest -k name`` selects one behaviour, and one failure never hides the checks after it.
 
-Across hosts. ``--hosts 2x2`` runs the jobs on simulated hosts (simulated_hosts.py: network namespaces, needs
+Across hosts. ``--hosts 2x2`` runs the jobs on simulated hosts (hvdlite/testing/simulated_hosts.py: network namespaces, needs
 root): 2 hosts with 2 ranks each, placed in ``--placement blocks`` or ``round-robin``, over MPICH's ``--network
 ofi`` or ``ucx`` layer (TCP between hosts). Only the multi-rank tests marked for that many ranks run.
 """
@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from harness import simulated_hosts
+from hvdlite.testing import simulated_hosts
 from harness.processes import venv_tool
 
 JOB_SIZE = "HVDLITE_TEST_JOB_SIZE"        # set in a launched job: its number of ranks

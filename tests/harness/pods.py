@@ -1,4 +1,4 @@
-"""Containers of an image as the pods of a Kubernetes job, on simulated hosts (harness/simulated_hosts.py): each
+"""Containers of an image as the pods of a Kubernetes job, on simulated hosts (hvdlite/testing/simulated_hosts.py): each
 host is one pod, its network namespace the pod's network and its name the pod's host name, and a container runs
 there with podman (`--network host` inside the host's namespace, every host's name in its /etc/hosts, as the
 cluster's DNS would resolve the pods' names), the folders given mounted as a pod's volumes are. Needs root and
@@ -15,7 +15,7 @@ import shlex
 import shutil
 import subprocess
 
-from .simulated_hosts import mount_cgroups_command
+from hvdlite.testing.simulated_hosts import mount_cgroups_command
 
 
 def missing():

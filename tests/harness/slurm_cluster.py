@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from .simulated_hosts import mount_cgroups_command
+from hvdlite.testing.simulated_hosts import mount_cgroups_command
 
 MUNGED = "/usr/sbin/munged"
 SLURMCTLD = "/usr/sbin/slurmctld"

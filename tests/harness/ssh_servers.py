@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 
-from .simulated_hosts import NETNS_ETC
+from hvdlite.testing.simulated_hosts import NETNS_ETC
 
 SSHD = "/usr/sbin/sshd"
 

@@ -1,4 +1,4 @@
-"""Elastic training across simulated hosts (harness/simulated_hosts.py; needs root), the launcher on a third host:
+"""Elastic training across simulated hosts (hvdlite/testing/simulated_hosts.py; needs root), the launcher on a third host:
 losing rank 0's host, every process killed and its network and commits gone with it, the launcher blacklists it
 and the job resumes on the remaining host from that host's copy of the last commit; and a host the discovery
 script drops, then lists again: the job shrinks and grows at commits, without failing."""
@@ -12,7 +12,7 @@ import pytest
 
 from harness.elastic_folders import commit_folders_here
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
-from harness.simulated_hosts import SimulatedHosts, available
+from hvdlite.testing.simulated_hosts import SimulatedHosts, available
 from hvdlite.runner import commit_folders
 
 pytestmark = pytest.mark.simulated_hosts

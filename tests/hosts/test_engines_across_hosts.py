@@ -1,4 +1,4 @@
-"""The cluster engines across simulated hosts (harness/simulated_hosts.py; needs root): a Spark standalone master
+"""The cluster engines across simulated hosts (hvdlite/testing/simulated_hosts.py; needs root): a Spark standalone master
 with a worker on each of two hosts, and a Ray head on one host with a worker node on the other, each started here
 as an operator would and stopped by the teardown (every process of the hosts), also when the test fails. The
 driver runs on the first host; the job's two ranks land one on each host (each says its host name), see one
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness.simulated_hosts import SimulatedHosts
+from hvdlite.testing.simulated_hosts import SimulatedHosts
 
 pytestmark = pytest.mark.simulated_hosts
 

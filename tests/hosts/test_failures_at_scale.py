@@ -12,7 +12,7 @@ import pytest
 
 from harness.job_ends import start_until_every_rank_says, wait_for_the_end
 from harness.processes import QUIET_THREADS, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 
 pytestmark = [pytest.mark.simulated_hosts, pytest.mark.many_ranks]
 ENDS_WITHIN_S = 30  # as at 2 hosts

@@ -1,5 +1,5 @@
 """hvdliterun across hosts whose processes start as ssh starts them: a job launched from a third host onto two
-simulated hosts (harness/simulated_hosts.py; needs root), whose launcher program runs the command in the host
+simulated hosts (hvdlite/testing/simulated_hosts.py; needs root), whose launcher program runs the command in the host
 with a bare environment and relays its output, as ssh does. Every rank still gets the launcher's environment (the
 user's settings, variables of any name) and the variables the launcher itself sets (its address, the job's
 marker, the elastic job and restart number), lands where -H puts it, knows its host's ranks and all-reduces
@@ -19,7 +19,7 @@ import pytest
 from harness.elastic_folders import commit_folders_here
 from harness.launch_programs import ELASTIC, LOOP, check_elastic_restart, command_line
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, SimulatedHosts, available
 from harness.ssh_servers import SshServers
 from harness.ssh_servers import missing as ssh_missing
 from hvdlite.runner.mpiexec import OPENMPI, detect_flavour, find_mpiexec
@@ -222,7 +222,7 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host(tmp_path, failure):
         pytest.fail(f"this test needs simulated hosts: {problem}")
     (tmp_path / "loop.py").write_text(textwrap.dedent(LOOP))
     # Between hosts over TCP only: the simulated hosts share one kernel, where MPI's shared-memory transports would
-    # still reach a host cut off from the network (harness/simulated_hosts.py).
+    # still reach a host cut off from the network (hvdlite/testing/simulated_hosts.py).
     env = dict(os.environ, **QUIET_THREADS, **TCP_BETWEEN_HOSTS, HVDLITE_PROGRESS_TIMEOUT_SECONDS="5")
     with SimulatedHosts(3) as hosts:
         process = hosts.popen("h3", [venv_tool("hvdliterun"), "--launcher-exec", hosts.launcher_exec,

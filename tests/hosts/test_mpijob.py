@@ -24,7 +24,7 @@ import pytest
 from harness.launch_programs import PLACED, REPORT
 from harness.pods import Pods, missing as pods_missing, own_folder
 from harness.processes import TESTS_DIR
-from harness.simulated_hosts import hosts_for_tests
+from hvdlite.testing.simulated_hosts import hosts_for_tests
 
 pytestmark = [pytest.mark.simulated_hosts, pytest.mark.mpijob_image]
 

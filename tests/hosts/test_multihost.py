@@ -1,4 +1,4 @@
-"""hvdliterun across hosts, as a user runs it: jobs on simulated hosts (harness/simulated_hosts.py: network
+"""hvdliterun across hosts, as a user runs it: jobs on simulated hosts (hvdlite/testing/simulated_hosts.py: network
 namespaces, TCP between them, a hostname each; needs root) over both of MPICH's network layers.
 
 Ranks land where -H or --hostfile puts them (blocks or round-robin) and know their host; a misspelled or
@@ -23,7 +23,7 @@ import pytest
 from harness.forged_reports import FORGED, WAITING_JOB, launcher_port
 from harness import job_ends
 from harness.processes import QUIET_THREADS, TESTS_DIR, read_until, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, expected_topology, hosts_for_tests
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, expected_topology, hosts_for_tests
 
 pytestmark = pytest.mark.simulated_hosts
 

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from harness.processes import QUIET_THREADS, TESTS_DIR, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 
 pytestmark = pytest.mark.simulated_hosts
 

@@ -22,7 +22,7 @@ import pytest
 
 from harness.launch_programs import ELASTIC, LOOP, PLACED, REPORT, check_elastic_restart, command_line
 from harness.processes import QUIET_THREADS, ROOT, venv_tool
-from harness.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, hosts_for_tests
 from harness.slurm_cluster import SlurmCluster
 from harness.slurm_cluster import missing as slurm_missing
 

@@ -1,4 +1,4 @@
-"""torchrun across two simulated hosts (harness/simulated_hosts.py; needs root), started on each host as an operator
+"""torchrun across two simulated hosts (hvdlite/testing/simulated_hosts.py; needs root), started on each host as an operator
 would (static rendezvous at the first host's address): the four ranks torchrun starts become one MPI job inside
 init_process_group("hvdlite"), over each of MPICH's network layers, with two ranks on each host sharing its memory.
 Every rank checks the job (tests/torch/programs/one_job.py: an all_reduce and DDP's parameters against float64
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from harness.processes import QUIET_THREADS, TESTS_DIR, with_hvdlite_importable
-from harness.simulated_hosts import NETWORK_LAYERS, SimulatedHosts
+from hvdlite.testing.simulated_hosts import NETWORK_LAYERS, SimulatedHosts
 
 pytestmark = pytest.mark.simulated_hosts
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import hvdlite.tensorflow as hvd
 from harness.reference import reduce_reference
-from harness.simulated_hosts import expected_topology_here
+from hvdlite.testing.simulated_hosts import expected_topology_here
 
 tf.get_logger().setLevel("ERROR")  # tracing a fresh tf.function per check is the point here
 # 2 ranks only: the adapter hands any rank count to the same core, whose tests run 2, 3 and 4 ranks.

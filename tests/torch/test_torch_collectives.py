@@ -14,7 +14,7 @@ from mpi4py import MPI
 import hvdlite.torch as hvd
 from harness.reference import reduce_reference as reference_reduce
 from harness.seeds import rank_generator
-from harness.simulated_hosts import expected_topology_here
+from hvdlite.testing.simulated_hosts import expected_topology_here
 
 pytestmark = [pytest.mark.ranks(2, 3),
               # A rank that never submits turns into an error on every rank instead of a hang.
