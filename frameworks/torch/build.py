@@ -17,12 +17,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.dir:
         os.environ["HVDLITE_TORCH_EXTENSION_DIR"] = os.path.abspath(args.dir)
-    from hvdlite.torch.distributed import extension
+    import torch
+
+    from hvdlite.torch.distributed import extension, library_cache
 
     started = time.monotonic()
     extension.load()
-    folder = extension.cache_dir()
-    print(f"hvdlite: the torch.distributed backend for PyTorch {extension.torch.__version__} is built in {folder} "
+    folder = library_cache.cache_dir()
+    print(f"hvdlite: the torch.distributed backend for PyTorch {torch.__version__} is built in {folder} "
           f"({time.monotonic() - started:.1f} s)")
     return 0
 

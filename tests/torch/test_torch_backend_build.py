@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from harness.processes import QUIET_THREADS, run, venv_tool, with_hvdlite_importable
-from hvdlite.torch.distributed import extension
+from hvdlite.torch.distributed import library_cache
 
 VENV_BIN = os.path.dirname(sys.executable)
 DDP_STEPS, SAMPLES_PER_RANK, FEATURES = 5, 8, 6
@@ -90,13 +90,13 @@ def build_ahead(folder, env=None):
 
 
 def folder_of(root):
-    return os.path.join(str(root), os.path.basename(extension.cache_dir()))
+    return os.path.join(str(root), os.path.basename(library_cache.cache_dir()))
 
 
 @pytest.fixture(scope="module")
 def built_ahead():
     """The folder the backend is kept in by default, built ahead by the build command (make runs it first)."""
-    root = os.path.dirname(extension.cache_dir())
+    root = os.path.dirname(library_cache.cache_dir())
     code, output = build_ahead(root)
     assert code == 0 and "is built in" in output, output
     return root
@@ -126,10 +126,10 @@ def test_with_neither_a_build_nor_a_compiler_the_first_process_group_says_what_t
 
 @pytest.mark.long  # six program starts
 def test_programs_with_different_environments_load_it_without_building_again(tmp_path, built_ahead):
-    library = os.path.join(folder_of(built_ahead), extension.LIBRARY)
+    library = os.path.join(folder_of(built_ahead), library_cache.LIBRARY)
     before = os.stat(library).st_mtime_ns
-    load = ("import hvdlite.torch.distributed.extension as e, os; "
-            "assert os.path.samefile(e.load().__file__, os.path.join(e.cache_dir(), e.LIBRARY)); print('LOADED')")
+    load = ("import hvdlite.torch.distributed.extension as e, hvdlite.torch.distributed.library_cache as c, os; "
+            "assert os.path.samefile(e.load().__file__, os.path.join(c.cache_dir(), c.LIBRARY)); print('LOADED')")
     programs = [([sys.executable, "-c", load], {"CXX": "g++", "CFLAGS": "-O0"}),
                 ([sys.executable, "-m", "hvdlite.torch.build", "--dir", str(built_ahead)], {"CXXFLAGS": "-g"})]
     for _ in range(3):
@@ -156,7 +156,7 @@ def test_a_build_killed_half_way_blocks_nothing(tmp_path):
     finally:
         os.killpg(builder.pid, signal.SIGKILL)
         builder.wait()
-    assert not os.path.exists(os.path.join(folder, extension.STAMP))
+    assert not os.path.exists(os.path.join(folder, library_cache.STAMP))
     code, output = train_ddp(tmp_path, {"HVDLITE_TORCH_EXTENSION_DIR": str(root)})
     assert code == 0, output
     assert output.count("compiling the torch.distributed backend") == 1, output  # one rank built, one waited

@@ -1,4 +1,5 @@
-"""Compiles the torch.distributed backend into its cache folder (extension.py), safely when several processes want it.
+"""Compiles the torch.distributed backend into its cache folder (library_cache.py), safely when several processes
+want it.
 
 One process builds; the others of the machine wait for it, at most the build timeout, and then load what it built. The
 builder holds an flock on the folder's lock file, which the kernel releases when the builder dies however it dies
@@ -18,7 +19,7 @@ import torch
 
 from hvdlite import config
 
-from . import extension
+from . import library_cache
 
 BUILD_COMMAND = "python -m hvdlite.torch.build"
 LOCK = "build.lock"
@@ -45,7 +46,7 @@ def build(folder, expected, timeout=None):
     with open(os.path.join(folder, LOCK), "a+") as lock:
         _take(lock, folder, timeout)
         try:
-            library = extension.built_library(folder, expected)  # built by the process that held the lock
+            library = library_cache.built_library(folder, expected)  # built by the process that held the lock
             return library if library else _compile(folder, expected)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -77,7 +78,7 @@ def _compile(folder, expected):
         raise RuntimeError(
             f"hvdlite's torch.distributed backend is not built for PyTorch {torch.__version__} in {folder}, and it "
             f"cannot be compiled here: this machine lacks {' and '.join(missing)}. Build it once where they are, "
-            f"ahead of training: `{BUILD_COMMAND}` (set {extension.CACHE_VARIABLE} to a folder every rank reads), "
+            f"ahead of training: `{BUILD_COMMAND}` (set {library_cache.CACHE_VARIABLE} to a folder every rank reads), "
             "or install them")
     for name in os.listdir(folder):  # what builders killed before they finished left (this process holds the lock)
         if name.startswith(PRIVATE_PREFIX):
@@ -90,28 +91,28 @@ def _compile(folder, expected):
     try:
         built = _run_torch_builder(private)
         seconds = time.monotonic() - started
-        os.replace(built, os.path.join(folder, extension.LIBRARY))
-        stamp = os.path.join(private, extension.STAMP)
+        os.replace(built, os.path.join(folder, library_cache.LIBRARY))
+        stamp = os.path.join(private, library_cache.STAMP)
         with open(stamp, "w") as stream:
             json.dump({"fingerprint": expected, "torch": torch.__version__, "seconds": round(seconds, 1)}, stream)
-        os.replace(stamp, os.path.join(folder, extension.STAMP))
+        os.replace(stamp, os.path.join(folder, library_cache.STAMP))
     finally:
         shutil.rmtree(private, ignore_errors=True)
     print(f"hvdlite: compiled the torch.distributed backend in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return os.path.join(folder, extension.LIBRARY)
+    return os.path.join(folder, library_cache.LIBRARY)
 
 
 def _run_torch_builder(private):
     """Compiles with torch's extension builder (PyTorch's headers and flags) into private; the library's path."""
     from torch.utils import cpp_extension
 
-    core, header = extension.native_core()
+    core, header = library_cache.native_core()
     core_dir = os.path.dirname(core)
     try:
         module = cpp_extension.load(
-            name=extension.MODULE_NAME,
-            sources=[os.path.join(extension.SOURCE_DIR, source) for source in extension.SOURCES],
-            extra_include_paths=[extension.SOURCE_DIR, os.path.dirname(header)],
+            name=library_cache.MODULE_NAME,
+            sources=[os.path.join(library_cache.SOURCE_DIR, source) for source in library_cache.SOURCES],
+            extra_include_paths=[library_cache.SOURCE_DIR, os.path.dirname(header)],
             extra_cflags=["-O2"],
             # The core that this process has loaded already (by its soname), found again at run time.
             extra_ldflags=[os.path.join(core_dir, "libhvdlite_core.so"), f"-Wl,-rpath,{core_dir}"],
