@@ -162,6 +162,11 @@ def scale_block(result):
                                "layer over TCP", "scale.png", "scale")
 
 
+def scale_model_block(result):
+    return ("- command: `" + result["command"] + "`\n\n![a step's communication against the number of hosts]"
+            "(benchmarks/scale_model.png)\n\n```\n" + result["table"] + "\n```")
+
+
 def elastic_commit_rows(result):
     rows = ["| model | committed state, MB | step, ms | added by a commit, ms | commit / step | added by Horovod's "
             "commit, ms | Horovod's / step | bare copy / step |",
@@ -292,6 +297,9 @@ def plot_all(results):
     if results.get("scale"):
         import scale
         scale.plot(results["scale"]["rows"], os.path.join(PLOTS, "scale.png"))
+    if results.get("scale_model"):
+        import scale_model
+        scale_model.plot(results["scale_model"]["predictions"], os.path.join(PLOTS, "scale_model.png"))
     if results.get("carried_rounds"):
         import carried_rounds
         carried_rounds.plot(results["carried_rounds"]["rows"], os.path.join(PLOTS, "carried_rounds.png"))
@@ -313,7 +321,7 @@ def main():
     results = {name: load(name) for name in ("allreduce", "fusion", "binding", "torch_synthetic", "torch_ddp_backend",
                                              "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
                                              "autotune",
-                                             "multihost", "scale", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
+                                             "multihost", "scale", "scale_model", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
                                              "gpu_training",
                                              *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
@@ -325,7 +333,8 @@ def main():
                              results[name] for name in ("torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts")
                              if results[name]])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
-                         ("scale", scale_block), ("carried_rounds", carried_rounds_block),
+                         ("scale", scale_block), ("scale_model", scale_model_block),
+                         ("carried_rounds", carried_rounds_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))
