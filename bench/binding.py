@@ -211,7 +211,8 @@ def plot(result, path):
 
 
 def checks_for(ratios):
-    return [{"target": f"{path}: cffi API mode within {TARGET:.2f}x the extension's time", "ratio": f"{path}_api_vs_ext",
+    return [{"target": f"{path}: cffi API mode within {TARGET:.2f}x the extension's time",
+             "ratio": f"{path}_api_vs_ext",
              "measured": round(ratios[f"{path}_api_vs_ext"], 3), "pass": ratios[f"{path}_api_vs_ext"] <= TARGET}
             for path in PATHS]
 

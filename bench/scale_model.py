@@ -159,7 +159,8 @@ def check_against_measurement(constants, scale):
         predicted = ring_time(1 << 20, h, rate, constants["alpha_s"]) * 1e3
         round_predicted = (constants["round_fixed_s"] + h / 2 * constants["round_hop_s"]) * 1e3
         rows.append({"hosts": h, "allreduce_1MiB_ms": r["1 MiB_ms"], "model_ms": predicted,
-                     "error": predicted / r["1 MiB_ms"] - 1, "round_ms": r["round_ms"], "round_model_ms": round_predicted,
+                     "error": predicted / r["1 MiB_ms"] - 1, "round_ms": r["round_ms"],
+                     "round_model_ms": round_predicted,
                      "round_error": round_predicted / r["round_ms"] - 1})
     return rows
 

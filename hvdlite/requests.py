@@ -10,7 +10,8 @@ from typing import Any, Optional, Sequence
 import ml_dtypes
 import numpy as np
 
-from . import _native, _tensor_calls, native_header  # _native first: it loads the core that _tensor_calls links against
+# _native first: it loads the core that _tensor_calls links against.
+from . import _native, _tensor_calls, native_header
 from ._native import lib
 from .errors import InvalidRequestError
 from .process_sets import ProcessSet, global_process_set

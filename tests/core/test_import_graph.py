@@ -13,8 +13,10 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(hvdlite.__file__))
 
 # Where each package's modules live in this checkout: hvdlite/, the adapters installed as hvdlite.torch, ... (the
 # wheel's mapping in pyproject.toml), and the benchmarks, which import each other by their bare names.
-PACKAGE_ROOTS = {"hvdlite": PACKAGE_DIR, **{f"hvdlite.{framework}": os.path.join(ROOT, "frameworks", framework)
-                                            for framework in ("torch", "tensorflow", "keras")}, "": os.path.join(ROOT, "bench")}
+PACKAGE_ROOTS = {"hvdlite": PACKAGE_DIR,
+                 **{f"hvdlite.{framework}": os.path.join(ROOT, "frameworks", framework)
+                    for framework in ("torch", "tensorflow", "keras")},
+                 "": os.path.join(ROOT, "bench")}
 
 
 def modules():
