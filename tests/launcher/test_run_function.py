@@ -141,7 +141,12 @@ def test_an_interrupted_caller_ends_the_job_and_leaves_nothing_running(job_token
 
     folders_before = commit_folders_here()
     caller = tmp_path / "caller.py"
+    # The caller takes Ctrl-C as a terminal's program does, also where this test runs in the background of a
+    # script (which starts it with SIGINT ignored, and Python then never raises KeyboardInterrupt).
     caller.write_text(textwrap.dedent("""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         import hvdlite
 
         def wait():
