@@ -196,6 +196,10 @@ SETTINGS = (
     Setting("network_interfaces", "HVDLITE_NETWORK_INTERFACES", None, "", "names", _parse_text,
             "Network interfaces (comma-separated) the TCP ring across hosts may use; hvdliterun's "
             "--network-interface sets it; empty: any", default_text="(any)"),
+    Setting("round_doubling_min_hosts", "HVDLITE_ROUND_DOUBLING_MIN_HOSTS", None, 8, "int", _parse_positive_int,
+            "From this many hosts the negotiation round crosses hosts in log2(hosts) steps over connections at "
+            "doubling distances, below it around the ring of TCP connections (measured: "
+            "docs/decisions/rounds-in-log-steps.md)"),
     Setting("carried_rounds", "HVDLITE_CARRIED_ROUNDS", None, "auto", "choice", _choice_parser(CARRIED_ROUNDS_MODES),
             "Whether a negotiation round may ride in the last all-reduce of the round before it, so that a step whose "
             "tensors keep coming exchanges no separate round: on, off, or auto (across hosts, where a round costs "
@@ -272,6 +276,7 @@ def to_native(ffi, settings=None):
     config.autotune_steps_per_sample = settings["autotune_steps_per_sample"]
     config.cross_host_transport = CROSS_HOST_TRANSPORTS.index(settings["cross_host_transport"])
     config.carried_rounds = CARRIED_ROUNDS_MODES.index(settings["carried_rounds"])
+    config.round_doubling_min_hosts = settings["round_doubling_min_hosts"]
     timeline_path = ffi.new("char[]", os.fsencode(settings["timeline_path"]))
     autotune_log = ffi.new("char[]", os.fsencode(settings["autotune_log"]))
     network_interfaces = ffi.new("char[]", settings["network_interfaces"].encode())

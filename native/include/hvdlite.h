@@ -149,6 +149,9 @@ typedef struct {
   int32_t carried_rounds;           /* enum hvdlite_carried_rounds */
   double deadlock_seconds;          /* every rank waiting this long for collectives the others never submitted:
                                        shut down on every rank, failing them with the stall report; 0 never */
+  int32_t round_doubling_min_hosts; /* from this many hosts the negotiation round crosses hosts in log2(hosts) steps
+                                       (dissemination over connections at doubling distances), below it around the
+                                       ring; with the TCP transport */
 } hvdlite_config;
 
 /* One request: what a rank contributes to one named collective. */

@@ -83,6 +83,7 @@ int hvdlite_init(const hvdlite_config *c, const void *comm_address, char *error,
   s.cross_host_transport = c->cross_host_transport;
   s.carried_rounds = c->carried_rounds;
   s.network_interfaces = OrEmpty(c->network_interfaces);
+  s.round_doubling_min_hosts = std::max(2, c->round_doubling_min_hosts);
   std::string message;
   if (!Core::Get().Init(s, static_cast<const MPI_Comm *>(comm_address), &message)) {
     CopyError(message, error, error_len);

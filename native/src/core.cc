@@ -350,7 +350,8 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
                                      algorithms.algorithm == HVDLITE_ALGORITHM_HIERARCHICAL;
   if (hosts.hosts > 1 && hosts.same_ranks_per_host && t.cross_size > 1 && hierarchical_possible &&
       settings.cross_host_transport == HVDLITE_CROSS_HOST_TCP) {
-    const std::string why_not = cross_sockets_.Connect(hosts.cross, settings.network_interfaces, kConnectSeconds);
+    const std::string why_not = cross_sockets_.Connect(hosts.cross, settings.network_interfaces, kConnectSeconds,
+                                                       hosts.hosts >= settings.round_doubling_min_hosts);
     if (why_not.empty()) {
       hosts.cross_sockets = &cross_sockets_;
       if (t.cross_rank == 0) Log(LogLevel::kDebug, "the ring across hosts runs over its own TCP connections");
@@ -375,9 +376,13 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
 
   sets_.Reset(t.size, world_, settings.cache_capacity);
   if (hosts.cross_sockets) {
-    round_across_hosts_.Start(hosts.local, hosts.cross, cross_sockets_);
+    const bool doubling = hosts.hosts >= settings.round_doubling_min_hosts;
+    round_across_hosts_.Start(hosts.local, hosts.cross, cross_sockets_, doubling);
     sets_.global().across_hosts = &round_across_hosts_;
-    if (t.rank == 0) Log(LogLevel::kDebug, "negotiation rounds across hosts wait on the ring's TCP connections");
+    if (t.rank == 0) {
+      Log(LogLevel::kDebug, std::string("negotiation rounds across hosts wait on the TCP connections, ") +
+                                (doubling ? "in log2(hosts) steps" : "around the ring"));
+    }
   }
   executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline());
   autotuner_.reset();

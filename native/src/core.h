@@ -47,6 +47,7 @@ struct Settings {
   int32_t cross_host_transport = HVDLITE_CROSS_HOST_TCP;
   int32_t carried_rounds = HVDLITE_CARRIED_ROUNDS_AUTO;
   std::string network_interfaces;  // for the TCP ring across hosts; empty: any
+  int32_t round_doubling_min_hosts = 8;  // round_across_hosts.h
 };
 
 // One request handed to Enqueue: a prepared one (its token, and this submission's buffers) or one by value.

@@ -39,7 +39,7 @@ struct Card {
 struct Hello {
   uint64_t nonce;
   int32_t rank;
-  int32_t zero;
+  int32_t distance;  // how many ranks ahead of the connecting rank the accepting one is
 };
 
 std::string Errno(const char *what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -166,14 +166,21 @@ int ConnectTo(uint32_t address, uint32_t port, SteadyClock::time_point deadline,
 }  // namespace
 
 void RingSockets::Close(const std::string &why) {
-  if (right_ >= 0) close(right_);
-  if (left_ >= 0 && left_ != right_) close(left_);
-  if (right_ >= 0 || left_ >= 0) closed_because_ = why;
-  right_ = left_ = -1;
+  if (ahead_.empty() && behind_.empty()) return;
+  for (int fd : ahead_) {
+    if (fd >= 0) close(fd);
+  }
+  for (int fd : behind_) {
+    if (fd >= 0) close(fd);
+  }
+  ahead_.clear();
+  behind_.clear();
+  closed_because_ = why;
 }
 
-std::string RingSockets::Connect(const CommContext &ctx, const std::string &interfaces, double timeout_seconds) {
-  std::string error = ConnectHere(ctx, interfaces, timeout_seconds);
+std::string RingSockets::Connect(const CommContext &ctx, const std::string &interfaces, double timeout_seconds,
+                                 bool doubling) {
+  std::string error = ConnectHere(ctx, interfaces, timeout_seconds, doubling);
   // Every rank connected, or none uses the connections: the first rank that failed says why.
   int first_failed = error.empty() ? ctx.size : ctx.rank;
   MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, ctx.comm);
@@ -185,7 +192,8 @@ std::string RingSockets::Connect(const CommContext &ctx, const std::string &inte
   return "rank " + std::to_string(first_failed) + " of the ranks across hosts: " + reason;
 }
 
-std::string RingSockets::ConnectHere(const CommContext &ctx, const std::string &interfaces, double timeout_seconds) {
+std::string RingSockets::ConnectHere(const CommContext &ctx, const std::string &interfaces, double timeout_seconds,
+                                     bool doubling) {
   Close("reconnecting");
   const auto deadline =
       SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
@@ -201,8 +209,8 @@ std::string RingSockets::ConnectHere(const CommContext &ctx, const std::string &
   any.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t length = sizeof(any);
   if (listener < 0 || bind(listener, reinterpret_cast<sockaddr *>(&any), sizeof(any)) != 0 ||
-      listen(listener, 8) != 0 || getsockname(listener, reinterpret_cast<sockaddr *>(&any), &length) != 0) {
-    error = Errno("listening for the previous host's connection");
+      listen(listener, SOMAXCONN) != 0 || getsockname(listener, reinterpret_cast<sockaddr *>(&any), &length) != 0) {
+    error = Errno("listening for the previous hosts' connections");
   } else {
     mine.port = any.sin_port;
     LocalAddresses(interfaces, &mine);
@@ -212,56 +220,83 @@ std::string RingSockets::ConnectHere(const CommContext &ctx, const std::string &
   }
   std::vector<Card> cards(ctx.size);
   MPI_Allgather(&mine, sizeof(Card), MPI_BYTE, cards.data(), sizeof(Card), MPI_BYTE, ctx.comm);
-  const int right_rank = (ctx.rank + 1) % ctx.size, left_rank = (ctx.rank - 1 + ctx.size) % ctx.size;
-  const Card &theirs = cards[right_rank];
-  if (error.empty() && theirs.port == 0) error = "the next host (rank " + std::to_string(right_rank) + ") cannot listen";
+  std::vector<int32_t> distances = {1};
+  while (doubling && distances.back() * 2 < ctx.size) distances.push_back(distances.back() * 2);
+  const int count = static_cast<int>(distances.size());
+  std::vector<int> ahead(count, -1), behind(count, -1);
+  auto peer = [&](int k, int way) { return ((ctx.rank + way * distances[k]) % ctx.size + ctx.size) % ctx.size; };
+  auto named = [&](int k, int way) {
+    const std::string which = distances[k] == 1 ? (way > 0 ? "the next host" : "the previous host")
+                                                : "the host " + std::to_string(distances[k]) +
+                                                      (way > 0 ? " ahead" : " behind");
+    return which + " (rank " + std::to_string(peer(k, way)) + ")";
+  };
 
-  // Connect and say hello to the right, then take the left's connection, then read the right's answer: every
-  // rank connects before it waits for anyone's answer, so the ring of handshakes cannot wait on itself.
-  const Hello hello{nonce, ctx.rank, 0};
-  if (error.empty()) {
+  // Connect and say hello to every host ahead, then take the connections of those behind, then read the answers:
+  // every rank connects before it waits for anyone's answer, so the handshakes cannot wait on each other.
+  for (int k = 0; k < count && error.empty(); ++k) {
+    const Card &theirs = cards[peer(k, +1)];
+    if (theirs.port == 0) {
+      error = named(k, +1) + " cannot listen";
+      break;
+    }
     std::string tried;
     for (uint32_t address : AddressesToTry(mine, theirs)) {
       const auto until = std::min(deadline, SteadyClock::now() + std::chrono::milliseconds(
                                                                        static_cast<int64_t>(kPerAddressSeconds * 1000)));
       std::string why;
-      right_ = ConnectTo(address, theirs.port, until, &why);
-      if (right_ >= 0) break;
+      ahead[k] = ConnectTo(address, theirs.port, until, &why);
+      if (ahead[k] >= 0) break;
       tried += (tried.empty() ? "" : "; ") + why;
     }
-    if (right_ < 0) error = "cannot reach the next host (rank " + std::to_string(right_rank) + "): " + tried;
+    if (ahead[k] < 0) {
+      error = "cannot reach " + named(k, +1) + ": " + tried;
+      break;
+    }
+    const Hello hello{nonce, ctx.rank, distances[k]};
+    error = Transfer(ahead[k], const_cast<Hello *>(&hello), sizeof(hello), true, deadline);
   }
-  if (error.empty()) error = Transfer(right_, const_cast<Hello *>(&hello), sizeof(hello), true, deadline);
-  while (error.empty() && left_ < 0) {
+  for (int waiting = count; error.empty() && waiting > 0;) {
     if (!WaitFor(listener, POLLIN, deadline)) {
-      error = "the previous host (rank " + std::to_string(left_rank) + ") did not connect in time";
+      for (int k = count - 1; k >= 0; --k) {
+        if (behind[k] < 0) error = named(k, -1) + " did not connect in time";
+      }
       break;
     }
     const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    Hello theirs_hello{};
-    if (Transfer(fd, &theirs_hello, sizeof(theirs_hello), false, deadline).empty() && theirs_hello.nonce == nonce &&
-        theirs_hello.rank == left_rank &&
-        Transfer(fd, const_cast<Hello *>(&hello), sizeof(hello), true, deadline).empty()) {
+    Hello theirs{};
+    int k = -1;
+    if (Transfer(fd, &theirs, sizeof(theirs), false, deadline).empty() && theirs.nonce == nonce) {
+      for (int i = 0; i < count; ++i) {
+        if (distances[i] == theirs.distance && peer(i, -1) == theirs.rank && behind[i] < 0) k = i;
+      }
+    }
+    const Hello answer{nonce, ctx.rank, k >= 0 ? distances[k] : 0};
+    if (k >= 0 && Transfer(fd, const_cast<Hello *>(&answer), sizeof(answer), true, deadline).empty()) {
       SetNoDelay(fd);
-      left_ = fd;
+      behind[k] = fd;
+      --waiting;
     } else {
-      close(fd);  // something else reached the port: not this job's previous rank
+      close(fd);  // something else reached the port: not this job's rank behind
     }
   }
-  if (error.empty()) {
+  for (int k = 0; k < count && error.empty(); ++k) {
     Hello answer{};
-    error = Transfer(right_, &answer, sizeof(answer), false, deadline);
-    if (error.empty() && (answer.nonce != nonce || answer.rank != right_rank)) {
-      error = "the address tried for the next host (rank " + std::to_string(right_rank) + ") reached another program";
+    error = Transfer(ahead[k], &answer, sizeof(answer), false, deadline);
+    if (error.empty() && (answer.nonce != nonce || answer.rank != peer(k, +1) || answer.distance != distances[k])) {
+      error = "the address tried for " + named(k, +1) + " reached another program";
     } else if (!error.empty()) {
-      error = "handshake with the next host (rank " + std::to_string(right_rank) + "): " + error;
+      error = "handshake with " + named(k, +1) + ": " + error;
     }
   }
   if (listener >= 0) close(listener);
-  if (!error.empty()) Close("never connected");
-  if (error.empty()) {
-    // From here the ring sends and receives without blocking (MSG_DONTWAIT) and waits in poll.
+  ahead_ = std::move(ahead);
+  behind_ = std::move(behind);
+  if (!error.empty()) {
+    Close("never connected");
+  } else {
+    // From here the connections send and receive without blocking (MSG_DONTWAIT) and wait in poll.
     closed_because_.clear();
   }
   return error;
