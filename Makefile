@@ -218,7 +218,7 @@ $(STAMPS)/tensorflow: | $(STAMPS)/mpi
 # Debian's).
 $(STAMPS)/engines: | $(STAMPS)/mpi
 	@command -v java >/dev/null || { echo "PySpark needs Java: apt-get install default-jre-headless" >&2; exit 1; }
-	$(PIP) install pyspark ray
+	$(PIP) install pyspark pyarrow 'pandas<3' ray  # pyarrow and pandas: the Spark Estimators' data and transform
 	@touch $@
 
 # The real NCCL (its wheel), for the GPU loader's tests on this machine without a GPU (tests/gpu/test_gpu_libraries.py).
