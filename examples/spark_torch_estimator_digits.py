@@ -33,7 +33,7 @@ def parse_args():
     parser.add_argument("--store", help="the Store's path, reachable from every worker (default: a temporary folder)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="write the validation accuracy and the test accuracy to this file")
     return parser.parse_args()
