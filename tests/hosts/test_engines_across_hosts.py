@@ -2,7 +2,8 @@
 with a worker on each of two hosts, and a Ray head on one host with a worker node on the other, each started here
 as an operator would and stopped by the teardown (every process of the hosts), also when the test fails. The
 driver runs on the first host; the job's two ranks land one on each host (each says its host name), see one
-rank per host, and all-reduce across the bridge."""
+rank per host, and all-reduce across the bridge. On the Spark cluster the TorchEstimator then fits scikit-learn's
+digits (its Store on a path both hosts reach) and transforms them in the executors of both hosts."""
 import json
 import os
 import secrets
@@ -39,6 +40,28 @@ spark = (SparkSession.builder.master(sys.argv[1]).appName("hvdlite-across-hosts"
          .config("spark.pyspark.python", sys.executable).config("spark.executor.cores", "1")
          .config("spark.executor.memory", "512m").config("spark.cores.max", "2").getOrCreate())
 print("RESULT " + json.dumps(hvdlite.spark.run(report, num_proc=2, env={"OMP_NUM_THREADS": "1"})), flush=True)
+
+# The TorchEstimator on the same cluster: the Store on a path both hosts reach, the ranks and the predictions in the
+# executors of both hosts.
+import numpy as np
+import torch
+from pyspark.ml.linalg import Vectors
+from sklearn.datasets import load_digits
+from hvdlite.spark.common.store import Store
+from hvdlite.spark.torch import TorchEstimator
+x, y = load_digits(return_X_y=True)
+df = spark.createDataFrame([(Vectors.dense(x[i] / 16.0), int(y[i])) for i in range(len(y))], ["features", "label"])
+torch.manual_seed(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+def accuracy(outputs, labels):  # a metric's name in the history is its function's
+    return (outputs.argmax(dim=1) == labels).float().mean()
+trained = TorchEstimator(num_proc=2, store=Store.create(sys.argv[3]), model=model, loss=torch.nn.CrossEntropyLoss(),
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.3), metrics=[accuracy], validation=0.2,
+                         feature_cols=["features"], label_cols=["label"], epochs=4, random_seed=1, verbose=0,
+                         backend=None).fit(df)
+scored = trained.transform(df).select("label", "label__output").collect()
+print("ESTIMATOR " + json.dumps({"val_accuracy": trained.getHistory()["val_accuracy"][-1],
+                                 "accuracy": float(np.mean([np.argmax(r[1]) == r[0] for r in scored]))}), flush=True)
 spark.stop()
 '''
 
@@ -78,8 +101,8 @@ def check_results(output):
     assert all(local_size == 1 and total == 3.0 for _, _, local_size, total in results), results
 
 
-@pytest.mark.timeout(300)
-def test_a_spark_standalone_cluster_runs_the_ranks_on_both_hosts(tmp_path):
+@pytest.mark.timeout(360)
+def test_a_spark_standalone_cluster_runs_the_ranks_on_both_hosts_and_the_torch_estimator(tmp_path):
     import pyspark
     spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
     driver = tmp_path / "driver.py"
@@ -97,9 +120,13 @@ def test_a_spark_standalone_cluster_runs_the_ranks_on_both_hosts(tmp_path):
         for host in hosts.names:
             wait_for_line(tmp_path / f"worker-{host}.log", "Successfully registered with master",
                           f"the Spark worker on {host}")
-        result = hosts.run("h1", [sys.executable, str(driver), master, master_address], timeout=200)
+        result = hosts.run("h1", [sys.executable, str(driver), master, master_address, str(tmp_path / "store")],
+                           timeout=240)
         assert result.returncode == 0, result.stdout[-6000:]
         check_results(result.stdout)
+        assert "ESTIMATOR " in result.stdout, result.stdout[-6000:]
+        fitted = json.loads(result.stdout.split("ESTIMATOR ", 1)[1].splitlines()[0])
+        assert fitted["val_accuracy"] > 0.8 and fitted["accuracy"] > 0.8, fitted
 
 
 @pytest.mark.timeout(300)
