@@ -348,10 +348,12 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
   // mpi forced, no connection is opened that nothing would use.
   const bool hierarchical_possible = algorithms.algorithm == HVDLITE_ALGORITHM_AUTO ||
                                      algorithms.algorithm == HVDLITE_ALGORITHM_HIERARCHICAL;
+  // From this many hosts the rounds cross them in log2(hosts) steps, over connections opened for it with the ring's.
+  const bool round_doubling = hosts.hosts >= settings.round_doubling_min_hosts;
   if (hosts.hosts > 1 && hosts.same_ranks_per_host && t.cross_size > 1 && hierarchical_possible &&
       settings.cross_host_transport == HVDLITE_CROSS_HOST_TCP) {
     const std::string why_not = cross_sockets_.Connect(hosts.cross, settings.network_interfaces, kConnectSeconds,
-                                                       hosts.hosts >= settings.round_doubling_min_hosts);
+                                                       round_doubling);
     if (why_not.empty()) {
       hosts.cross_sockets = &cross_sockets_;
       if (t.cross_rank == 0) Log(LogLevel::kDebug, "the ring across hosts runs over its own TCP connections");
@@ -376,12 +378,11 @@ bool Core::SetUp(const Settings &settings, MPI_Comm parent, std::string *error) 
 
   sets_.Reset(t.size, world_, settings.cache_capacity);
   if (hosts.cross_sockets) {
-    const bool doubling = hosts.hosts >= settings.round_doubling_min_hosts;
-    round_across_hosts_.Start(hosts.local, hosts.cross, cross_sockets_, doubling);
+    round_across_hosts_.Start(hosts.local, hosts.cross, cross_sockets_, round_doubling);
     sets_.global().across_hosts = &round_across_hosts_;
     if (t.rank == 0) {
       Log(LogLevel::kDebug, std::string("negotiation rounds across hosts wait on the TCP connections, ") +
-                                (doubling ? "in log2(hosts) steps" : "around the ring"));
+                                (round_doubling ? "in log2(hosts) steps" : "around the ring"));
     }
   }
   executor_ = std::make_unique<CollectiveExecutor>(algorithms, hosts, timeline());

@@ -4,6 +4,7 @@ enough row groups that every rank streams several (hvdlite/spark/common/reader.p
 data and settings is found again by its key and reused."""
 import hashlib
 import json
+import math
 import posixpath
 
 import pyarrow.parquet as pq
@@ -73,12 +74,7 @@ def _shapes(df, kinds, given):
         if shape and shape[0] in (-1, None):  # Horovod's input_shapes lead with the batch
             shape = shape[1:]
         if name in shapes:
-            count = 1
-            for extent in shapes[name]:
-                count *= extent
-            wanted = 1
-            for extent in shape:
-                wanted *= extent
+            count, wanted = math.prod(shapes[name]), math.prod(shape)
             if shapes[name] and wanted != count and -1 not in shape:
                 raise ValueError(f"column {name!r} holds {count} values a row, which cannot take the shape {list(shape)}")
             shapes[name] = list(shape)

@@ -34,7 +34,6 @@ class StageWriter(MLWriter):
         values = {p.name: self.instance.getOrDefault(p) for p in self.instance.params if self.instance.isSet(p)}
         plain = {k: v for k, v in values.items() if _json_value(v) and k not in NOT_SAVED}
         objects = {k: v for k, v in values.items() if k not in plain and k not in NOT_SAVED}
-        objects.update(self.instance._extra_state())
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession, paramMap=plain)
         filesystem, base = _filesystem(path)
         with filesystem.open_output_stream(posixpath.join(base, OBJECTS_FILE)) as stream:
@@ -53,9 +52,7 @@ class StageReader(MLReader):
             objects = cloudpickle.loads(stream.read())
         instance = self.cls()
         instance._resetUid(metadata["uid"])
-        extra = {k: objects.pop(k) for k in list(objects) if k.startswith("_")}
         instance._set(**metadata["paramMap"], **objects)
-        instance._restore_extra_state(extra)
         return instance
 
 
@@ -75,10 +72,3 @@ class Persistent(MLWritable, MLReadable):
     @classmethod
     def load(cls, path):
         return cls.read().load(path)
-
-    def _extra_state(self):
-        """What the stage holds besides its parameters, by names that begin with _ (none by default)."""
-        return {}
-
-    def _restore_extra_state(self, extra):
-        pass

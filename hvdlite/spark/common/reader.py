@@ -58,16 +58,16 @@ def batches(groups, columns, rank, size, batch_size, steps, seed=None, epoch=0, 
             part = groups.read(mine[turn % len(mine)], columns)
             turn += 1
             if rows_rng is not None:
-                permutation = rows_rng.permutation(_length(part))
+                permutation = rows_rng.permutation(rows_in(part))
                 part = {name: values[permutation] for name, values in part.items()}
             pending.append(part)
-            held += _length(part)
+            held += rows_in(part)
         pieces, wanted = [], batch_size
         while wanted:
             first = pending[0]
-            take = min(wanted, _length(first))
+            take = min(wanted, rows_in(first))
             pieces.append({name: values[:take] for name, values in first.items()})
-            if take == _length(first):
+            if take == rows_in(first):
                 pending.pop(0)
             else:
                 pending[0] = {name: values[take:] for name, values in first.items()}
@@ -76,7 +76,8 @@ def batches(groups, columns, rank, size, batch_size, steps, seed=None, epoch=0, 
         yield pieces[0] if len(pieces) == 1 else {name: np.concatenate([p[name] for p in pieces]) for name in columns}
 
 
-def _length(part):
+def rows_in(part):
+    """The rows of a part or a batch ({column: array})."""
     return len(next(iter(part.values())))
 
 
@@ -85,7 +86,7 @@ def whole_share(groups, columns, rank, size, batch_size, steps=None):
     done = 0
     for unit in (groups.units[rank::size] if groups.units else []):
         part = groups.read(unit, columns)
-        count = len(next(iter(part.values())))
+        count = rows_in(part)
         for begin in range(0, count, batch_size):
             if steps is not None and done == steps:
                 return

@@ -80,13 +80,6 @@ class Store:
         save(obj, buffer)
         self.write(path, buffer.getvalue())
 
-    def delete(self, path):
-        info = self.fs.get_file_info(path)
-        if info.type == pyarrow.fs.FileType.Directory:
-            self.fs.delete_dir(path)
-        elif info.type != pyarrow.fs.FileType.NotFound:
-            self.fs.delete_file(path)
-
     def parquet_files(self, path):
         """The Parquet files of a data set written by Spark, in name order."""
         selector = pyarrow.fs.FileSelector(path, recursive=True)

@@ -99,7 +99,7 @@ def train(spec):
                 for batch in reader.whole_share(val_groups, columns, rank, size, spec["val_batch_size"],
                                                 spec["validation_steps_per_epoch"]):
                     outputs, targets, loss = forward(batch)
-                    count = len(next(iter(batch.values())))
+                    count = reader.rows_in(batch)
                     val_sums += [count, count * loss.item(),
                                  *[count * float(m(outputs[0], targets[0])) for m in metrics]]
             totals = hvd.allreduce(torch.tensor(val_sums, dtype=torch.float64), name="hvdlite.fit.val",

@@ -45,6 +45,12 @@ void RoundAcrossHosts::Check(const uint64_t *block, int host, int32_t words) con
        std::to_string(words));
 }
 
+void RoundAcrossHosts::Lead(uint64_t *block, const uint64_t *bits, int32_t words) const {
+  block[0] = round_;
+  block[1] = static_cast<uint64_t>(words);
+  std::memcpy(block + kLeadWords, bits, words * sizeof(uint64_t));
+}
+
 void RoundAcrossHosts::Allreduce(uint64_t *bits, int32_t words) {
   if (local_ != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, bits, words, MPI_UINT64_T, MPI_BAND, local_);
   ++round_;
@@ -60,10 +66,7 @@ void RoundAcrossHosts::AcrossHostsByGather(uint64_t *bits, int32_t words) {
   const int hosts = cross_.size;
   // The same size every round (the cache's capacity and the set's size fix it): sized once.
   if (static_cast<int64_t>(blocks_.size()) != hosts * block_words) blocks_.assign(hosts * block_words, 0);
-  uint64_t *mine = blocks_.data() + cross_.rank * block_words;
-  mine[0] = round_;
-  mine[1] = static_cast<uint64_t>(words);
-  std::memcpy(mine + kLeadWords, bits, words * sizeof(uint64_t));
+  Lead(blocks_.data() + cross_.rank * block_words, bits, words);
   const std::string failed =
       gather_->Run(cross_, reinterpret_cast<uint8_t *>(blocks_.data()), block_words * sizeof(uint64_t));
   if (!failed.empty()) Fail(failed);
@@ -79,9 +82,7 @@ void RoundAcrossHosts::AcrossHostsByDoubling(uint64_t *bits, int32_t words) {
   const int64_t block_words = kLeadWords + words;
   if (static_cast<int64_t>(blocks_.size()) != 2 * block_words) blocks_.assign(2 * block_words, 0);
   uint64_t *mine = blocks_.data(), *theirs = blocks_.data() + block_words;
-  mine[0] = round_;
-  mine[1] = static_cast<uint64_t>(words);
-  std::memcpy(mine + kLeadWords, bits, words * sizeof(uint64_t));
+  Lead(mine, bits, words);
   const int hosts = cross_.size;
   const std::string failed = doubling_->Run(
       cross_, reinterpret_cast<uint8_t *>(mine), reinterpret_cast<uint8_t *>(theirs),

@@ -43,6 +43,8 @@ class RoundAcrossHosts {
 
  private:
   [[noreturn]] void Fail(const std::string &why) const;
+  // Writes this rank's block: the round's number and length, then its bits.
+  void Lead(uint64_t *block, const uint64_t *bits, int32_t words) const;
   // Ends the job unless a host's block leads with this round's number and length.
   void Check(const uint64_t *block, int host, int32_t words) const;
   void AcrossHostsByGather(uint64_t *bits, int32_t words);
