@@ -515,12 +515,8 @@ bool Core::Iterate() {
   const auto now = Clock::now();
   ProcessSet &global_set = sets_.global();
   if (quiet_.quiet()) {  // never with a carried round: a round that carries is not idle
-    if (local_work) {
-      quiet_.WakePeers();
-      input.sent_wake = true;
-    } else if (!quiet_.WokenByPeer()) {
-      return true;  // nobody anywhere has work: no round, no MPI traffic
-    }
+    if (!local_work && !quiet_.WokenByPeer()) return true;  // nobody anywhere has work: no round, no MPI traffic
+    quiet_.WakePeers();  // by work of its own or woken, it passes the wake on
     first_round_awake = true;
   }
   timeline().MarkCycle(now);
@@ -536,10 +532,7 @@ bool Core::Iterate() {
   const RoundResult &global =
       global_set.carried ? TakeCarried(global_set) : NegotiateRound(global_set, settings_.negotiation, input);
   watchdog.Progress();
-  if (first_round_awake) {
-    const std::vector<int32_t> &wakers = global.wakers;
-    quiet_.Awake([&](int r) { return std::find(wakers.begin(), wakers.end(), r) != wakers.end(); });
-  }
+  if (first_round_awake) quiet_.Awake();
   ApplyCoordinatorWords(global.coordinator_words);  // before any fusion plan of this round
   round_allreduce_bytes_ = 0;
   watchdog.Busy("the collectives of a round");

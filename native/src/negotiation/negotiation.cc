@@ -143,13 +143,11 @@ NegotiationRound::NegotiationRound(ProcessSet &set, const NegotiationSettings &s
       now_(Clock::now()),
       capacity_(set.cache.capacity()),
       words_((capacity_ + 63) / 64),
-      rank_words_((set.size + 63) / 64),
-      header_words_(1 + 2 * words_ + 2 + rank_words_),
+      header_words_(1 + 2 * words_ + 2),
       cached_stall_seconds_(CachedStallSeconds(settings)) {}
 
 void NegotiationRound::Pack() {
-  // Layout: [flags][ready bits][valid bits][coordinator words x2][not-woken-by bits, one per rank], then
-  // the eager payload (eager_allreduce.h).
+  // Layout: [flags][ready bits][valid bits][coordinator words x2], then the eager payload (eager_allreduce.h).
   set_.cache.StartRound();
   set_.eager.Layout(set_.cache, settings_.eager_max_bytes);
   std::vector<uint64_t> &bits = set_.round_bits;
@@ -161,12 +159,9 @@ void NegotiationRound::Pack() {
   ready_ = bits.data() + 1;
   valid_ = ready_ + words_;
   coordinator_ = valid_ + words_;
-  not_woken_by_ = coordinator_ + 2;
   for (int32_t w = 0; w < words_; ++w) valid_[w] = ~uint64_t{0};
   coordinator_[0] = input_.coordinator_words[0];
   coordinator_[1] = input_.coordinator_words[1];
-  for (int32_t w = 0; w < rank_words_; ++w) not_woken_by_[w] = ~uint64_t{0};
-  if (input_.sent_wake) ClearBit(not_woken_by_, set_.rank);
 
   bool slow_path_work = !set_.due_failures.empty();
   bool held_too_long = false;
@@ -241,9 +236,6 @@ const RoundResult &NegotiationRound::Decode() {
   result.everyone_idle = (flags & kIdle) && (flags & kNoSlowPathWork);
   result.coordinator_words[0] = coordinator_[0];
   result.coordinator_words[1] = coordinator_[1];
-  for (int32_t r = 0; r < set_.size; ++r) {
-    if (!TestBit(not_woken_by_, r)) result.wakers.push_back(r);
-  }
   // Every rank holds and none has waited too long, and some rank still has no caller waiting (it is still
   // computing): the cached collectives ready now wait for the next round. Eager ones are done already.
   result.held = (flags & kMayHold) && !(flags & kAllWaiting);

@@ -27,7 +27,6 @@ struct NegotiationSettings {
 struct RoundInput {
   bool shutting_down = false;
   bool idle = false;       // nothing pending or queued on this rank, in any process set
-  bool sent_wake = false;  // this rank woke the others from quiet (one wake message to each)
   // Holding async work back (HVDLITE_OVERLAP off): cached collectives ready everywhere run only once every
   // rank has a caller waiting, or once a request has waited kMaxHoldSeconds (so polling alone progresses).
   bool hold = false;
@@ -44,7 +43,7 @@ const RoundResult &NegotiateRound(ProcessSet &set, const NegotiationSettings &se
 
 // One round in three steps. Pack: this rank's view into the set's bit vector (flags, a ready bit for each request
 // the response cache answers, valid bits cleared where a cached agreement no longer fits, the coordinator's words,
-// the wake bits, the eager payload). Exchange: one MPI_Allreduce(BAND) of it (with the eager payload's own
+// the eager payload). Exchange: one MPI_Allreduce(BAND) of it (with the eager payload's own
 // reductions). Decode: the agreed vector into the round's result, entries of invalidated bits sent the slow way,
 // and the slow path itself where any rank asked for it.
 class NegotiationRound {
@@ -77,11 +76,11 @@ class NegotiationRound {
   const NegotiationSettings &settings_;
   const RoundInput &input_;
   const Clock::time_point now_;
-  const int32_t capacity_, words_, rank_words_, header_words_;  // cache bits, words of them, of ranks, of header
+  const int32_t capacity_, words_, header_words_;  // cache bits, words of them, words of the header
   // A cached request older than this goes the slow way, where the coordinator sees who is missing (0: never).
   const double cached_stall_seconds_;
   // Where each part lies in set_.round_bits (set by Pack).
-  uint64_t *ready_ = nullptr, *valid_ = nullptr, *coordinator_ = nullptr, *not_woken_by_ = nullptr;
+  uint64_t *ready_ = nullptr, *valid_ = nullptr, *coordinator_ = nullptr;
   uint8_t *payload_ = nullptr;
   bool carried_ = false;  // CarryIn brought the vector
 };

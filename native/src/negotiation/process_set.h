@@ -28,8 +28,8 @@ struct ProcessSet {
       MPI_Comm_size(comm, &size);
       if (rank == 0) coordinator = std::make_unique<Coordinator>(size);
     }
-    // A round's lists hold at most one item per cache bit (the wakers one per rank): reserved at that here, a
-    // round whose timing readies more at once than any before allocates nothing on the background thread.
+    // A round's lists hold at most one item per cache bit: reserved at that here, a round whose timing readies
+    // more at once than any before allocates nothing on the background thread.
     const size_t bits = static_cast<size_t>(cache.capacity());
     round_ready_bits.reserve(bits);
     round_cached_bits.reserve(bits);
@@ -37,7 +37,6 @@ struct ProcessSet {
       round.cached.reserve(bits);
       round.cached_entries.reserve(bits);
       round.eager.reserve(bits);
-      round.wakers.reserve(static_cast<size_t>(size));
     }
     eager.Reserve(cache.capacity());
   }

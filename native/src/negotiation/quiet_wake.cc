@@ -4,25 +4,28 @@ namespace hvdlite {
 
 void QuietWake::Start(MPI_Comm world) {
   MPI_Comm_dup(world, &comm_);
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  receives_.assign(size_, MPI_REQUEST_NULL);
-  sends_.clear();
-  sends_.reserve(size_);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  ahead_.clear();
+  behind_.clear();
+  for (int distance = 1; distance < size; distance *= 2) {
+    ahead_.push_back((rank + distance) % size);
+    behind_.push_back((rank - distance + size) % size);
+  }
+  receives_.assign(behind_.size(), MPI_REQUEST_NULL);
+  sends_.assign(ahead_.size(), MPI_REQUEST_NULL);
   quiet_ = false;
   Connect();
 }
 
 void QuietWake::Connect() {
-  // One message each way between every two ranks, while all of them are here to make MPI progress.
-  std::vector<MPI_Request> requests;
-  requests.reserve(2 * size_);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    requests.emplace_back();
-    MPI_Irecv(nullptr, 0, MPI_BYTE, r, kConnectTag, comm_, &requests.back());
-    requests.emplace_back();
-    MPI_Isend(nullptr, 0, MPI_BYTE, r, kConnectTag, comm_, &requests.back());
+  // One message each way with every rank this one wakes or is woken by, while all of them are here to make MPI
+  // progress.
+  std::vector<MPI_Request> requests(2 * ahead_.size(), MPI_REQUEST_NULL);
+  for (size_t k = 0; k < ahead_.size(); ++k) {
+    MPI_Irecv(nullptr, 0, MPI_BYTE, behind_[k], kConnectTag, comm_, &requests[2 * k]);
+    MPI_Isend(nullptr, 0, MPI_BYTE, ahead_[k], kConnectTag, comm_, &requests[2 * k + 1]);
   }
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
 }
@@ -34,7 +37,6 @@ void QuietWake::Stop() {
     MPI_Wait(&request, MPI_STATUS_IGNORE);
   }
   MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE);
-  sends_.clear();
   quiet_ = false;
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
@@ -42,24 +44,27 @@ void QuietWake::Stop() {
 void QuietWake::GoQuiet() {
   quiet_ = true;
   quiet_since_ = Clock::now();
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) MPI_Irecv(nullptr, 0, MPI_BYTE, r, kWakeTag, comm_, &receives_[r]);
-  }
-}
-
-void QuietWake::WakePeers() {
-  sends_.clear();
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    sends_.emplace_back();
-    MPI_Isend(nullptr, 0, MPI_BYTE, r, kWakeTag, comm_, &sends_.back());
+  for (size_t k = 0; k < behind_.size(); ++k) {
+    MPI_Irecv(nullptr, 0, MPI_BYTE, behind_[k], kWakeTag, comm_, &receives_[k]);
   }
 }
 
 bool QuietWake::WokenByPeer() {
   int index = MPI_UNDEFINED, done = 0;
-  MPI_Testany(size_, receives_.data(), &index, &done, MPI_STATUS_IGNORE);
+  MPI_Testany(static_cast<int>(receives_.size()), receives_.data(), &index, &done, MPI_STATUS_IGNORE);
   return done && index != MPI_UNDEFINED;  // all null (a job of one rank): nobody can wake it
+}
+
+void QuietWake::WakePeers() {
+  for (size_t k = 0; k < ahead_.size(); ++k) {
+    MPI_Isend(nullptr, 0, MPI_BYTE, ahead_[k], kWakeTag, comm_, &sends_[k]);
+  }
+}
+
+void QuietWake::Awake() {
+  MPI_Waitall(static_cast<int>(receives_.size()), receives_.data(), MPI_STATUSES_IGNORE);
+  MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE);
+  quiet_ = false;
 }
 
 }  // namespace hvdlite

@@ -28,7 +28,6 @@ struct RoundResult {
   bool everyone_idle = false;   // no rank had anything to do: all may stop cycling until woken
   bool held = false;            // ready cached collectives were held back (they come again next round)
   bool carried = false;         // the round rode in the last batch of the round before (carried_round.h)
-  std::vector<int32_t> wakers;  // ranks that sent every other rank a wake message before the round
   uint64_t coordinator_words[2] = {0, 0};
 
   // Empty again, the lists keeping their capacity: a steady step negotiates without allocating.
@@ -38,7 +37,6 @@ struct RoundResult {
     slow_path.clear();
     eager.clear();
     shutdown = everyone_idle = held = carried = false;
-    wakers.clear();
     coordinator_words[0] = coordinator_words[1] = 0;
   }
 };
