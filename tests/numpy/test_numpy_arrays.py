@@ -22,8 +22,7 @@ from harness.reference import DTYPES, check_close, rank_input, reduce_reference
 pytestmark = [pytest.mark.ranks(2, 3),
               pytest.mark.hvd_env(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=20),  # a bug fails fast instead of hanging
               pytest.mark.across_hosts, pytest.mark.openmpi,
-              # ASan at 2 ranks: the arrays reach the core's calls of test_tensor_calls.py, run there at 3 too
-              pytest.mark.sanitize(address=True, own_count=True)]
+              pytest.mark.sanitize(address=True)]
 
 
 @pytest.fixture(scope="module", autouse=True)

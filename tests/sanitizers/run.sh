@@ -41,13 +41,12 @@ case $kind in
 esac
 # The tests marked sanitize(KIND=True) (tests/harness/marks.py), multi-rank ones only (-m ranks): the whole-program
 # tests of those files start system tools (pgrep, ps) that must not run with a sanitizer's runtime preloaded.
-# AddressSanitizer runs each test's own count and 2 ranks (shares and offsets differ with the count: the tests
-# whose own count is 3 run at an odd count and an even one), except tests marked own_count=True (where the count
-# changes nothing the core does). The 3-rank reruns of 2-rank tests, a sixth of its tests, no longer fit CI's budget;
-# ThreadSanitizer each test's fewest ranks only: the races it looks for are between a process's threads, which are the
-# same at any rank count, and each rank more on 2 cores slows every rank's instrumented threads.
+# Each sanitizer runs every test at its own count only: AddressSanitizer's reruns at 2 ranks (shares and offsets
+# differ with the count) no longer fit CI's budget, and the races ThreadSanitizer looks for are between a process's
+# threads, the same at any rank count, while each rank more on 2 cores slows every rank's instrumented threads
+# (ThreadSanitizer runs in make check-long).
 case $kind in
-  address) selection="ranks and sanitize(address=True) and not many_ranks and not (extra_ranks and (ranks_3 or ranks_4 or sanitize(own_count=True)))" ;;
+  address) selection="ranks and sanitize(address=True) and not many_ranks and not extra_ranks" ;;
   thread) selection="ranks and sanitize(thread=True) and fewest_ranks" ;;
 esac
 exec "$python" -m pytest tests -q --durations=15 -p no:cacheprovider -m "$selection" "$@"
