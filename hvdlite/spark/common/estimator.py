@@ -42,6 +42,12 @@ def set_kwargs(instance, kwargs, table):
 class EstimatorBase(Persistent, Estimator):
     """The driver's part of fit that does not depend on the framework."""
 
+    # The checkpoint's file name in the run's folder (None: the Store's, checkpoint.pt).
+    checkpoint_name = None
+
+    def _checkpoint_name(self):
+        return self.checkpoint_name or self.getStore().get_checkpoint_filename()
+
     def _backend(self):
         backend, num_proc = self.getBackend(), self.getNumProc()
         if backend is not None and num_proc is not None:
@@ -75,7 +81,7 @@ class EstimatorBase(Persistent, Estimator):
         store = self.getStore()
         run_id = self.getRunId() or f"{prefix}_{int(time.time())}"
         checkpoint_path = store.get_checkpoint_path(run_id)
-        checkpoint_file = f"{checkpoint_path}/{store.get_checkpoint_filename()}"
+        checkpoint_file = f"{checkpoint_path}/{self._checkpoint_name()}"
         if not store.exists(checkpoint_file):
             return run_id, checkpoint_path, None
         if self.getVerbose():
@@ -97,7 +103,7 @@ class EstimatorBase(Persistent, Estimator):
                 "gradient_compression": self.getGradientCompression(), "shuffle": self.getShuffle(),
                 "random_seed": self.getRandomSeed(), "use_gpu": self.getUseGpu(), "verbose": self.getVerbose(),
                 "terminate_on_nan": self.getTerminateOnNan(), "checkpoint_path": checkpoint_path,
-                "checkpoint_name": store.get_checkpoint_filename()}
+                "checkpoint_name": self._checkpoint_name()}
 
 
 class ModelBase(Persistent, Model):

@@ -1,0 +1,200 @@
+"""What each rank of a Lightning TorchEstimator's fit runs: Lightning's Trainer with its DDP strategy on hvdlite's
+torch.distributed backend (the ranks are hvdlite's: HvdliteEnvironment), the LightningModule from the driver (or
+the run's last checkpoint, which Lightning restores with the trainer's state), batches of this rank's share of the
+Store's Parquet as dicts of tensors (hvdlite/spark/common/reader.py), the same number of training and validation
+steps on every rank, and a checkpoint a epoch written by rank 0 to the Store. Rank 0 returns the history and the
+final weights; the others None."""
+import io
+import math
+import os
+import posixpath
+import socket
+import tempfile
+
+import lightning as L
+import torch
+from lightning.pytorch.plugins.environments import ClusterEnvironment
+from lightning.pytorch.strategies import DDPStrategy
+
+import hvdlite.torch as hvd
+from hvdlite.spark.common import reader
+
+
+def train(spec):
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    if spec["random_seed"] is not None:
+        L.seed_everything(spec["random_seed"], workers=True, verbose=False)
+    model = spec["model"]
+    columns = {name: meta["shape"] for name, meta in spec["metadata"].items()}
+    groups = reader.RowGroups(spec["store"], spec["train_path"])
+    val_groups = reader.RowGroups(spec["store"], spec["val_path"]) if spec["val_path"] else None
+    steps = spec["train_steps_per_epoch"] or max(1, groups.rows // (size * spec["batch_size"]))
+    # Validation in the same number of steps on every rank too: a LightningModule may log with sync_dist, an
+    # all-reduce in each step.
+    val_steps = spec["validation_steps_per_epoch"] or (
+        max(1, val_groups.rows // (size * spec["val_batch_size"])) if val_groups else 0)
+    to_tensors = _Tensors(spec["feature_cols"], spec["input_shapes"], spec["transformation_fn"])
+    train_data = _Batches(groups, columns, rank, size, spec["batch_size"], steps, spec["random_seed"],
+                          spec["shuffle"], to_tensors)
+    val_data = _Batches(val_groups, columns, rank, size, spec["val_batch_size"], val_steps, spec["random_seed"], False,
+                        to_tensors) if val_groups else None
+
+    with tempfile.TemporaryDirectory() as folder:
+        resume_from = None
+        if spec["checkpoint"] is not None:
+            resume_from = os.path.join(folder, "resume.ckpt")
+            with open(resume_from, "wb") as stream:
+                stream.write(spec["checkpoint"])
+        history = History(rank, spec, train_data, os.path.join(folder, "epoch.ckpt"))
+        accelerator = "gpu" if spec["use_gpu"] and torch.cuda.is_available() else "cpu"
+        strategy = DDPStrategy(process_group_backend="hvdlite", cluster_environment=HvdliteEnvironment())
+        arguments = {"accelerator": accelerator, "devices": [hvd.local_rank()] if accelerator == "gpu" else 1,
+                     "num_nodes": size, "strategy": strategy, "max_epochs": spec["epochs"], "logger": False,
+                     "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
+                     "use_distributed_sampler": False, "limit_train_batches": steps,
+                     "limit_val_batches": val_steps if val_data else 0, "num_sanity_val_steps": 0,
+                     "accumulate_grad_batches": spec["backward_passes_per_step"],
+                     **(spec["trainer_args"] or {})}
+        arguments["callbacks"] = [*(arguments.get("callbacks") or []), *(spec["callbacks"] or []), history]
+        trainer = L.Trainer(**arguments)
+        loader = torch.utils.data.DataLoader
+        trainer.fit(model, loader(train_data, batch_size=None), loader(val_data, batch_size=None) if val_data else None,
+                    ckpt_path=resume_from)
+        result = None
+        if rank == 0:
+            buffer = io.BytesIO()
+            torch.save(model.state_dict(), buffer)
+            result = (history.history, buffer.getvalue())
+    return result
+
+
+class HvdliteEnvironment(ClusterEnvironment):
+    """Lightning's view of an hvdlite job: the ranks are hvdlite's (started by Spark, not by Lightning), each its own
+    node of one device, so that ranks placed unevenly on hosts still make one world; rank 0's address and a free
+    port of its host for torch's store, agreed over hvdlite."""
+
+    def __init__(self):
+        super().__init__()
+        self._rank, self._size = hvd.rank(), hvd.size()
+        address = None
+        if self._rank == 0:
+            with socket.socket() as probe:
+                probe.bind(("", 0))
+                address = (_host_address(), probe.getsockname()[1])
+        self._address, self._port = hvd.broadcast_object(address, root_rank=0, name="hvdlite.lightning.main")
+
+    @property
+    def creates_processes_externally(self):
+        return True
+
+    @property
+    def main_address(self):
+        return self._address
+
+    @property
+    def main_port(self):
+        return self._port
+
+    @staticmethod
+    def detect():
+        return True
+
+    def world_size(self):
+        return self._size
+
+    def set_world_size(self, size):
+        pass  # the job's size is hvdlite's
+
+    def global_rank(self):
+        return self._rank
+
+    def set_global_rank(self, rank):
+        pass
+
+    def local_rank(self):
+        return 0
+
+    def node_rank(self):
+        return self._rank
+
+
+def _host_address():
+    """An address of this host that the others reach: MASTER_ADDR where set, else the one the hostname resolves to."""
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class _Tensors:
+    """A batch's arrays as tensors: {column: tensor}, features shaped as input_shapes say, after transformation_fn."""
+
+    def __init__(self, features, shapes, transformation_fn):
+        self.features, self.shapes, self.transformation_fn = features, shapes, transformation_fn
+
+    def __call__(self, batch):
+        if self.transformation_fn is not None:
+            batch = self.transformation_fn(batch)
+        tensors = {}
+        for name, values in batch.items():
+            tensor = torch.tensor(values)  # a copy: the reader's arrays are read-only views of Arrow's
+            tensor = tensor.float() if tensor.is_floating_point() else tensor
+            if self.shapes and name in self.features:
+                tensor = tensor.reshape(self.shapes[self.features.index(name)])
+            tensors[name] = tensor
+        return tensors
+
+
+class _Batches:
+    """This rank's batches of one epoch (the epoch set before each pass by _History), as an iterable a DataLoader
+    takes whole (batch_size=None)."""
+
+    def __init__(self, groups, columns, rank, size, batch_size, steps, seed, shuffle, to_tensors):
+        self.groups, self.columns, self.rank, self.size = groups, columns, rank, size
+        self.batch_size, self.steps, self.seed, self.shuffle = batch_size, steps, seed, shuffle
+        self.to_tensors, self.epoch = to_tensors, 0
+
+    def __iter__(self):
+        for batch in reader.batches(self.groups, self.columns, self.rank, self.size, self.batch_size, self.steps,
+                                    self.seed, self.epoch, self.shuffle):
+            yield self.to_tensors(batch)
+
+    def __len__(self):
+        return self.steps
+
+
+class History(L.Callback):
+    """Each epoch's logged figures (rank 0's, which sync_dist makes every rank's), the epoch the training
+    batches are shuffled for, and the Store's checkpoint each epoch; its state rides in Lightning's checkpoint,
+    so a resumed run keeps the history before it."""
+
+    def __init__(self, rank, spec, train_data, local_file):
+        self.rank, self.spec, self.train_data, self.local_file = rank, spec, train_data, local_file
+        self.history = {}
+
+    def on_train_epoch_start(self, trainer, module):
+        self.train_data.epoch = trainer.current_epoch
+
+    def on_train_epoch_end(self, trainer, module):
+        for key, value in trainer.callback_metrics.items():
+            self.history.setdefault(key, []).append(float(value))
+        if self.spec["verbose"] and self.rank == 0:
+            figures = ", ".join(f"{k} {v[-1]:.4f}" for k, v in self.history.items())
+            print(f"epoch {trainer.current_epoch + 1}/{self.spec['epochs']}: {figures}", flush=True)
+        trainer.save_checkpoint(self.local_file)  # every rank calls it; rank 0 writes
+        if self.rank == 0:
+            with open(self.local_file, "rb") as stream:
+                self.spec["store"].write(posixpath.join(self.spec["checkpoint_path"], self.spec["checkpoint_name"]),
+                                         stream.read())
+        loss = trainer.callback_metrics.get("train_loss", trainer.callback_metrics.get("loss"))
+        if self.spec["terminate_on_nan"] and loss is not None and not math.isfinite(float(loss)):
+            trainer.should_stop = True
+
+    def state_dict(self):
+        return {"history": self.history}
+
+    def load_state_dict(self, state):
+        self.history = state["history"]

@@ -1,0 +1,164 @@
+"""hvdlite.spark.lightning's TorchEstimator on a real PySpark (local[2]) and Lightning's Trainer over hvdlite's
+torch.distributed backend, on scikit-learn's digits as a DataFrame: fit trains a LightningModule on 2 ranks to the
+accuracy of the same module trained in one process on the same rows (within TOLERANCE), transform's predictions are
+the trained module's applied in this process, the parameters the module owns are refused by name before any rank
+starts, and a rank that fails ends fit with its error, the run then resuming from Lightning's checkpoint in the
+Store."""
+import os
+import sys
+import time
+
+import cloudpickle
+import lightning as L
+import numpy as np
+import pyspark.sql
+import pytest
+import torch
+from pyspark.ml.linalg import Vectors
+from sklearn.datasets import load_digits
+
+import hvdlite.spark
+from hvdlite.spark.common.reader import RowGroups
+from hvdlite.spark.common.store import Store
+from hvdlite.spark.lightning import TorchEstimator, TorchModel
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.long
+TOLERANCE = 0.05  # validation accuracy: 2 ranks against one process on the same rows
+EPOCHS, BATCH, LR, SEED = 6, 32, 0.3, 7
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-lightning-estimator-tests")
+               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def digits(spark):
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float64)
+    rows = [(i, Vectors.dense(x[i]), int(y[i]), bool(i % 5 == 0)) for i in range(len(y))]
+    return spark.createDataFrame(rows, ["id", "features", "label", "is_val"])
+
+
+class Digits(L.LightningModule):
+    """Horovod's Lightning Estimator convention: batches are dicts of column name to tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.layers(x)
+
+    def training_step(self, batch, _):
+        loss = torch.nn.functional.cross_entropy(self(batch["features"]), batch["label"].long())
+        self.log("train_loss", loss, on_epoch=True, on_step=False, sync_dist=True)
+        return loss
+
+    def validation_step(self, batch, _):
+        accuracy = (self(batch["features"]).argmax(1) == batch["label"]).float().mean()
+        self.log("val_accuracy", accuracy, on_epoch=True, sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+def fresh_module():
+    torch.manual_seed(SEED)
+    return Digits()
+
+
+def estimator(store, **changes):
+    settings = dict(num_proc=2, model=fresh_module(), store=store, feature_cols=["features"], label_cols=["label"],
+                    validation="is_val", batch_size=BATCH, epochs=EPOCHS, random_seed=SEED, verbose=0)
+    settings.update(changes)
+    return TorchEstimator(**settings)
+
+
+def rows(store, path):
+    columns = {"features": [64], "label": []}
+    groups = RowGroups(store, path)
+    parts = [groups.read(u, columns) for u in groups.units]
+    return (torch.as_tensor(np.concatenate([p["features"] for p in parts])).float(),
+            torch.as_tensor(np.concatenate([p["label"] for p in parts])).long())
+
+
+def single_process_accuracy(store, train_path, val_path):
+    """The same module trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
+    BATCH average), scored on its validation rows."""
+    x, y = rows(store, train_path)
+    module = fresh_module()
+    optimizer = module.configure_optimizers()
+    rng = np.random.default_rng(SEED)
+    steps = len(y) // (2 * BATCH)
+    for _ in range(EPOCHS):
+        order = rng.permutation(len(y))
+        for s in range(steps):
+            pick = order[s * 2 * BATCH:(s + 1) * 2 * BATCH]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(module(x[pick]), y[pick]).backward()
+            optimizer.step()
+    vx, vy = rows(store, val_path)
+    with torch.no_grad():
+        return float((module(vx).argmax(1) == vy).float().mean())
+
+
+def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_module(spark, digits, tmp_path,
+                                                                                        job_token):
+    store = Store.create(str(tmp_path / "store"))
+    trained = estimator(store).fit(digits)
+    assert isinstance(trained, TorchModel)
+    history = trained.getHistory()
+    assert len(history["train_loss"]) == EPOCHS and history["train_loss"][-1] < history["train_loss"][0], history
+    key = [p for p in os.listdir(store.prefix_path) if p.startswith("intermediate_train_data.")][0].split(".", 1)[1]
+    alone = single_process_accuracy(store, store.get_train_data_path(key), store.get_val_data_path(key))
+    assert alone > 0.85, alone
+    assert abs(history["val_accuracy"][-1] - alone) <= TOLERANCE, (history["val_accuracy"], alone)
+
+    got = np.stack([r[1] for r in sorted(trained.transform(digits).select("id", "label__output").collect())])
+    x = np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
+    with torch.no_grad():
+        expected = trained.getModel()(torch.as_tensor(x)).double().numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_what_the_module_owns_and_petastorms_options_are_refused_before_any_rank_starts(spark, digits, tmp_path):
+    store = Store.create(str(tmp_path / "store"))
+    with pytest.raises(ValueError, match="cannot honour optimizer"):
+        estimator(store, optimizer=torch.optim.SGD(fresh_module().parameters(), lr=0.1)).fit(digits)
+    with pytest.raises(ValueError, match="cannot honour data_module"):
+        estimator(store, data_module=object()).fit(digits)
+    with pytest.raises(ValueError, match="column 'featurez' is not in the DataFrame"):
+        estimator(store, feature_cols=["featurez"]).fit(digits)
+    assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
+
+
+def fails_on_rank_1_after_the_first_checkpoint(batch):
+    """Rank 1's data source breaks once the run's first checkpoint exists (after its first epoch)."""
+    import hvdlite.torch as hvd
+    if hvd.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
+        raise OSError("rank 1 lost its data")
+    return batch
+
+
+def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
+                                                                                         job_token):
+    store = Store.create(str(tmp_path / "store"))
+    checkpoint = os.path.join(store.get_checkpoint_path("resumed"), "checkpoint.ckpt")
+    backend = hvdlite.spark.common.backend.SparkBackend(num_proc=2, env={"HVDLITE_TEST_CHECKPOINT": checkpoint})
+    failing = estimator(store, num_proc=None, backend=backend, run_id="resumed", epochs=2,
+                        transformation_fn=fails_on_rank_1_after_the_first_checkpoint)
+    started = time.monotonic()
+    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*OSError: rank 1 lost its data"):
+        failing.fit(digits)
+    assert time.monotonic() - started < 120
+    assert os.path.exists(checkpoint)
+    history = estimator(store, run_id="resumed", epochs=2).fit(digits).getHistory()
+    assert len(history["train_loss"]) == 2, history  # epoch 1 from the checkpoint, epoch 2 now
+    assert history["val_accuracy"][-1] > 0.8, history
