@@ -269,6 +269,13 @@ def summary_block(results):
     return "\n".join(rows)
 
 
+def spark_estimator_block(result):
+    m = result.get("machine", {})
+    return (f"- machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores; a local Spark\n"
+            f"- revision {m.get('git', '')}, {m.get('date', '')}, {m.get('seconds', '?')} s\n"
+            f"- command: `{m.get('command', '')}`\n\n" + result["table"])
+
+
 def carried_rounds_block(result):
     return hosts_block(result, f"simulated hosts (network namespaces), links shaped to {result.get('rate_mbit', '?')} "
                                f"Mbit/s, MPICH's {result.get('network', '?')} layer; backward pass "
@@ -322,7 +329,7 @@ def main():
                                              "torch_ddp_backend_2hosts", "torch_ddp_backend_4hosts", "tf_synthetic",
                                              "autotune",
                                              "multihost", "scale", "scale_model", "carried_rounds", "elastic_commit", "elastic_commit_gpu",
-                                             "gpu_training",
+                                             "gpu_training", "spark_estimator",
                                              *GPU_ALLREDUCES, *H200_RECORDS.values())}
     with open(DOC) as f:
         text = f.read()
@@ -334,7 +341,7 @@ def main():
                              if results[name]])),
                          ("tf_synthetic", tf_block), ("autotune", autotune_block), ("multihost", multihost_block),
                          ("scale", scale_block), ("scale_model", scale_model_block),
-                         ("carried_rounds", carried_rounds_block),
+                         ("carried_rounds", carried_rounds_block), ("spark_estimator", spark_estimator_block),
                          ("elastic_commit", lambda r: elastic_commit_block(r, results["elastic_commit_gpu"]))):
         if results[name]:
             text = replace_block(text, name, render(results[name]))

@@ -1,8 +1,10 @@
-"""The engine tests' fixture: a variable the ranks inherit (from the launcher on the driver), to find any left
-behind; and one line at the end of a run with the time the engine tests took (they start real JVMs and Ray
-clusters: their share of the CI budget is watched)."""
+"""The engine tests' fixtures: a variable the ranks inherit (from the launcher on the driver), to find any left
+behind; a local[2] Spark and scikit-learn's digits as a DataFrame for the Spark ML Estimators' tests; and one line
+at the end of a run with the time the engine tests took (they start real JVMs and Ray clusters: their share of the
+CI budget is watched)."""
 import uuid
 
+import numpy as np
 import pytest
 
 from hvdlite.runner.job import processes_with_environment
@@ -17,6 +19,31 @@ def job_token(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     yield token
     assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
+
+
+@pytest.fixture(scope="module")
+def spark():
+    import pyspark.sql
+    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-estimator-tests")
+               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def digits(spark):
+    """The digits with an id, the features as a dense vector, an array and a sparse vector, the label, a sample
+    weight and a validation flag."""
+    from pyspark.ml.linalg import Vectors
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float64)
+    rows = [(i, Vectors.dense(x[i]), x[i].tolist(), Vectors.sparse(64, {j: float(v) for j, v in enumerate(x[i]) if v}),
+             int(y[i]), float(1 + y[i] % 2), bool(i % 5 == 0)) for i in range(len(y))]
+    return spark.createDataFrame(rows, ["id", "features", "features_array", "features_sparse", "label", "weight",
+                                        "is_val"])
 
 
 def pytest_runtest_logreport(report):

@@ -11,42 +11,18 @@ import time
 
 import cloudpickle
 import numpy as np
-import pyspark.sql
 import pytest
 import torch
 from pyspark.ml import Pipeline, PipelineModel
-from pyspark.ml.linalg import Vectors
-from sklearn.datasets import load_digits
 
 import hvdlite.spark
-from hvdlite.spark.common.reader import RowGroups, to_numpy
+from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,
+                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, rows)
+from hvdlite.spark.common.reader import to_numpy
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.torch import TorchEstimator, TorchModel
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-TOLERANCE = 0.05  # validation accuracy: 2 ranks against one process on the same rows
-EPOCHS, BATCH, LR, SEED = 6, 32, 0.3, 7
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-estimator-tests")
-               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
-               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def digits(spark):
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float64)
-    rows = [(i, Vectors.dense(x[i]), x[i].tolist(), Vectors.sparse(64, {j: float(v) for j, v in enumerate(x[i]) if v}),
-             int(y[i]), float(1 + y[i] % 2), bool(i % 5 == 0)) for i in range(len(y))]
-    return spark.createDataFrame(rows, ["id", "features", "features_array", "features_sparse", "label", "weight",
-                                        "is_val"])
-
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -76,14 +52,11 @@ def estimator(store, **changes):
     return TorchEstimator(**settings)
 
 
-def single_process_accuracy(store, prepared_path, val_path):
+def single_process_accuracy(store, train_path, val_path):
     """The same model trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
     BATCH average), scored on its validation rows."""
-    columns = {"features": [64], "label": []}
-    train = [RowGroups(store, prepared_path).read(u, columns) for u in RowGroups(store, prepared_path).units]
-    val = [RowGroups(store, val_path).read(u, columns) for u in RowGroups(store, val_path).units]
-    x = torch.as_tensor(np.concatenate([p["features"] for p in train]))
-    y = torch.as_tensor(np.concatenate([p["label"] for p in train])).long()
+    x, y = (torch.as_tensor(a) for a in rows(store, train_path))
+    y = y.long()
     model = fresh_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     rng = np.random.default_rng(SEED)
@@ -95,15 +68,9 @@ def single_process_accuracy(store, prepared_path, val_path):
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x[pick]), y[pick]).backward()
             optimizer.step()
-    vx = torch.as_tensor(np.concatenate([p["features"] for p in val]))
-    vy = torch.as_tensor(np.concatenate([p["label"] for p in val])).long()
+    vx, vy = (torch.as_tensor(a) for a in rows(store, val_path))
     with torch.no_grad():
-        return float(accuracy(model(vx), vy))
-
-
-def predictions(frame, column="label__output"):
-    rows = sorted(frame.select("id", column).collect())
-    return np.array([r[1] for r in rows])
+        return float(accuracy(model(vx), vy.long()))
 
 
 @pytest.mark.long
@@ -113,29 +80,27 @@ def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the
     trained = estimator(store).fit(digits)
     history = trained.getHistory()
     assert len(history["loss"]) == EPOCHS and history["loss"][-1] < history["loss"][0], history
-    prepared = [p for p in os.listdir(store.prefix_path) if p.startswith("intermediate_train_data.")]
-    assert len(prepared) == 1, os.listdir(store.prefix_path)
-    key = prepared[0].split(".", 1)[1]
-    alone = single_process_accuracy(store, store.get_train_data_path(key), store.get_val_data_path(key))
+    train_path, val_path = prepared_paths(store)
+    alone = single_process_accuracy(store, train_path, val_path)
     assert alone > 0.85, alone
     assert abs(history["val_accuracy"][-1] - alone) <= TOLERANCE, (history["val_accuracy"], alone)
 
     out = trained.transform(digits)
     assert set(digits.columns) < set(out.columns) and "label__output" in out.columns
-    got = predictions(out)
+    got = by_id(out, "label__output")
     x = np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
     with torch.no_grad():
         expected = trained.getModel()(torch.as_tensor(x)).double().numpy()
-    np.testing.assert_allclose(np.stack(got), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     labels = np.array([r.label for r in sorted(digits.select("id", "label").collect())])
     val = np.array([r.is_val for r in sorted(digits.select("id", "is_val").collect())])
-    transform_accuracy = (np.stack(got)[val].argmax(axis=1) == labels[val]).mean()
+    transform_accuracy = (got[val].argmax(axis=1) == labels[val]).mean()
     assert abs(transform_accuracy - history["val_accuracy"][-1]) < 1e-6, (transform_accuracy, history)
 
     # The same data and settings again: the Parquet written the first time is read again, not rewritten.
-    written = os.path.getmtime(os.path.join(store.get_train_data_path(key), "hvdlite_metadata.json"))
+    written = os.path.getmtime(os.path.join(train_path, "hvdlite_metadata.json"))
     estimator(store, epochs=1).fit(digits)
-    assert os.path.getmtime(os.path.join(store.get_train_data_path(key), "hvdlite_metadata.json")) == written
+    assert os.path.getmtime(os.path.join(train_path, "hvdlite_metadata.json")) == written
 
 
 @pytest.mark.parametrize("column", [pytest.param("features_array", marks=pytest.mark.long), "features_sparse"])
@@ -146,7 +111,7 @@ def test_array_and_sparse_vector_columns_and_sample_weights_train(spark, digits,
                         validation=0.2, input_shapes=[[-1, 64]]).fit(digits)
     assert trained.getHistory()["val_accuracy"][-1] > 0.8, trained.getHistory()
     trained.setOutputCols(["scores"])
-    assert np.stack(predictions(trained.transform(digits), "scores")).shape == (1797, 10)
+    assert by_id(trained.transform(digits), "scores").shape == (1797, 10)
 
 
 @pytest.mark.long
@@ -156,8 +121,8 @@ def test_model_and_estimator_save_and_load_alone_and_in_a_pipeline(spark, digits
     pipeline_model.write().overwrite().save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
     assert isinstance(loaded.stages[0], TorchModel)
-    np.testing.assert_allclose(np.stack(predictions(loaded.transform(digits))),
-                               np.stack(predictions(pipeline_model.transform(digits))), rtol=0, atol=0)
+    np.testing.assert_array_equal(by_id(loaded.transform(digits), "label__output"),
+                                  by_id(pipeline_model.transform(digits), "label__output"))
     assert loaded.stages[0].getHistory() == pipeline_model.stages[0].getHistory()
 
     original = estimator(store, epochs=3, batch_size=16)
@@ -181,14 +146,6 @@ def test_a_bad_column_or_a_refused_parameter_is_an_error_naming_it_before_any_ra
         estimator(store, backend=hvdlite.spark.common.backend.SparkBackend(num_proc=2)).fit(digits)
     # Nothing was written and no rank ran.
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
-
-
-def fails_on_rank_1_after_the_first_checkpoint(batch):
-    """Rank 1's data source breaks once the run's first checkpoint exists (after its first epoch)."""
-    import hvdlite.torch as hvd
-    if hvd.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
-        raise OSError("rank 1 lost its data")
-    return batch
 
 
 @pytest.mark.long

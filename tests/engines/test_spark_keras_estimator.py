@@ -10,45 +10,22 @@ import time
 
 import cloudpickle
 import numpy as np
-import pyspark.sql
 import pytest
 from pyspark.ml import Pipeline, PipelineModel
-from pyspark.ml.linalg import Vectors
-from sklearn.datasets import load_digits
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 import hvdlite.spark  # noqa: E402
-from hvdlite.spark.common.reader import RowGroups  # noqa: E402
+from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,  # noqa: E402
+                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, rows)
 from hvdlite.spark.common.store import Store  # noqa: E402
 from hvdlite.spark.keras import KerasEstimator, KerasModel  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.long
-TOLERANCE = 0.05  # validation accuracy: 2 ranks against one process on the same rows
-EPOCHS, BATCH, LR, SEED = 6, 32, 0.3, 7
 ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1",
        "TF_NUM_INTRAOP_THREADS": "1"}
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-keras-estimator-tests")
-               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
-               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def digits(spark):
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float64)
-    rows = [(i, Vectors.dense(x[i]), Vectors.sparse(64, {j: float(v) for j, v in enumerate(x[i]) if v}),
-             int(y[i]), float(1 + y[i] % 2), bool(i % 5 == 0)) for i in range(len(y))]
-    return spark.createDataFrame(rows, ["id", "features", "features_sparse", "label", "weight", "is_val"])
 
 
 def fresh_model():
@@ -69,13 +46,6 @@ def estimator(store, **changes):
     return KerasEstimator(**settings)
 
 
-def rows(store, path):
-    columns = {"features": [64], "label": []}
-    groups = RowGroups(store, path)
-    parts = [groups.read(u, columns) for u in groups.units]
-    return np.concatenate([p["features"] for p in parts]).astype(np.float32), np.concatenate([p["label"] for p in parts])
-
-
 def single_process_accuracy(store, train_path, val_path):
     """The same model trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
     BATCH average), scored on its validation rows."""
@@ -91,10 +61,6 @@ def single_process_accuracy(store, train_path, val_path):
     return float(model.evaluate(vx, vy, verbose=0, return_dict=True)["accuracy"])
 
 
-def predictions(frame, column="label__output"):
-    return np.stack([r[1] for r in sorted(frame.select("id", column).collect())])
-
-
 def features(digits):
     return np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
 
@@ -105,13 +71,11 @@ def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the
     trained = estimator(store).fit(digits)
     history = trained.getHistory()
     assert len(history["loss"]) == EPOCHS and history["loss"][-1] < history["loss"][0], history
-    prepared = [p for p in os.listdir(store.prefix_path) if p.startswith("intermediate_train_data.")]
-    key = prepared[0].split(".", 1)[1]
-    alone = single_process_accuracy(store, store.get_train_data_path(key), store.get_val_data_path(key))
+    alone = single_process_accuracy(store, *prepared_paths(store))
     assert alone > 0.85, alone
     assert abs(history["val_accuracy"][-1] - alone) <= TOLERANCE, (history["val_accuracy"], alone)
 
-    got = predictions(trained.transform(digits))
+    got = by_id(trained.transform(digits), "label__output")
     expected = np.asarray(trained.getModel()(features(digits), training=False), np.float64)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     labels = np.array([r.label for r in sorted(digits.select("id", "label").collect())])
@@ -128,7 +92,8 @@ def test_sparse_vector_columns_and_sample_weights_train_and_the_model_saves_in_a
     pipeline_model.write().overwrite().save(str(tmp_path / "pipeline"))
     loaded = PipelineModel.load(str(tmp_path / "pipeline"))
     assert isinstance(loaded.stages[0], KerasModel)
-    np.testing.assert_array_equal(predictions(loaded.transform(digits)), predictions(pipeline_model.transform(digits)))
+    np.testing.assert_array_equal(by_id(loaded.transform(digits), "label__output"),
+                                  by_id(pipeline_model.transform(digits), "label__output"))
     assert loaded.stages[0].getHistory() == pipeline_model.stages[0].getHistory()
 
 
@@ -141,14 +106,6 @@ def test_a_bad_column_or_a_refused_parameter_is_an_error_naming_it_before_any_ra
     with pytest.raises(ValueError, match="2 losses for 1 label columns"):
         estimator(store, loss=[loss(), loss()]).fit(digits)
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
-
-
-def fails_on_rank_1_after_the_first_checkpoint(batch):
-    """Rank 1's data source breaks once the run's first checkpoint exists (after its first epoch)."""
-    import hvdlite.keras as hvd
-    if hvd.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
-        raise OSError("rank 1 lost its data")
-    return batch
 
 
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,

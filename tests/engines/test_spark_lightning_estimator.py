@@ -11,39 +11,17 @@ import time
 import cloudpickle
 import lightning as L
 import numpy as np
-import pyspark.sql
 import pytest
 import torch
-from pyspark.ml.linalg import Vectors
-from sklearn.datasets import load_digits
 
 import hvdlite.spark
-from hvdlite.spark.common.reader import RowGroups
+from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id, fails_on_rank_1_after_the_first_checkpoint,
+                             prepared_paths, rows)
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.lightning import TorchEstimator, TorchModel
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.long
-TOLERANCE = 0.05  # validation accuracy: 2 ranks against one process on the same rows
-EPOCHS, BATCH, LR, SEED = 6, 32, 0.3, 7
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-lightning-estimator-tests")
-               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
-               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def digits(spark):
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float64)
-    rows = [(i, Vectors.dense(x[i]), int(y[i]), bool(i % 5 == 0)) for i in range(len(y))]
-    return spark.createDataFrame(rows, ["id", "features", "label", "is_val"])
 
 
 class Digits(L.LightningModule):
@@ -81,18 +59,11 @@ def estimator(store, **changes):
     return TorchEstimator(**settings)
 
 
-def rows(store, path):
-    columns = {"features": [64], "label": []}
-    groups = RowGroups(store, path)
-    parts = [groups.read(u, columns) for u in groups.units]
-    return (torch.as_tensor(np.concatenate([p["features"] for p in parts])).float(),
-            torch.as_tensor(np.concatenate([p["label"] for p in parts])).long())
-
-
 def single_process_accuracy(store, train_path, val_path):
     """The same module trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
     BATCH average), scored on its validation rows."""
-    x, y = rows(store, train_path)
+    x, y = (torch.as_tensor(a) for a in rows(store, train_path))
+    y = y.long()
     module = fresh_module()
     optimizer = module.configure_optimizers()
     rng = np.random.default_rng(SEED)
@@ -104,9 +75,9 @@ def single_process_accuracy(store, train_path, val_path):
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(module(x[pick]), y[pick]).backward()
             optimizer.step()
-    vx, vy = rows(store, val_path)
+    vx, vy = (torch.as_tensor(a) for a in rows(store, val_path))
     with torch.no_grad():
-        return float((module(vx).argmax(1) == vy).float().mean())
+        return float((module(vx).argmax(1) == vy.long()).float().mean())
 
 
 def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_module(spark, digits, tmp_path,
@@ -116,12 +87,11 @@ def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the
     assert isinstance(trained, TorchModel)
     history = trained.getHistory()
     assert len(history["train_loss"]) == EPOCHS and history["train_loss"][-1] < history["train_loss"][0], history
-    key = [p for p in os.listdir(store.prefix_path) if p.startswith("intermediate_train_data.")][0].split(".", 1)[1]
-    alone = single_process_accuracy(store, store.get_train_data_path(key), store.get_val_data_path(key))
+    alone = single_process_accuracy(store, *prepared_paths(store))
     assert alone > 0.85, alone
     assert abs(history["val_accuracy"][-1] - alone) <= TOLERANCE, (history["val_accuracy"], alone)
 
-    got = np.stack([r[1] for r in sorted(trained.transform(digits).select("id", "label__output").collect())])
+    got = by_id(trained.transform(digits), "label__output")
     x = np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
     with torch.no_grad():
         expected = trained.getModel()(torch.as_tensor(x)).double().numpy()
@@ -137,14 +107,6 @@ def test_what_the_module_owns_and_petastorms_options_are_refused_before_any_rank
     with pytest.raises(ValueError, match="column 'featurez' is not in the DataFrame"):
         estimator(store, feature_cols=["featurez"]).fit(digits)
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
-
-
-def fails_on_rank_1_after_the_first_checkpoint(batch):
-    """Rank 1's data source breaks once the run's first checkpoint exists (after its first epoch)."""
-    import hvdlite.torch as hvd
-    if hvd.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
-        raise OSError("rank 1 lost its data")
-    return batch
 
 
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,

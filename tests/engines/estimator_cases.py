@@ -1,0 +1,46 @@
+"""What the Spark ML Estimators' tests share (test_spark_estimators.py, test_spark_keras_estimator.py,
+test_spark_lightning_estimator.py), besides conftest.py's Spark and digits: the rows a fit wrote to the Store, and a
+transformation_fn that makes rank 1 fail once its run has a checkpoint. Its functions travel to the Spark tasks by
+value (cloudpickle), as the tests' own do."""
+import os
+import sys
+
+import cloudpickle
+import numpy as np
+
+from hvdlite.spark.common.reader import RowGroups
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+TOLERANCE = 0.05  # validation accuracy: 2 ranks against one process on the same rows
+EPOCHS, BATCH, LR, SEED = 6, 32, 0.3, 7
+
+
+def prepared_paths(store):
+    """(training path, validation path) of the one data set fits wrote to store."""
+    prepared = [p for p in os.listdir(store.prefix_path) if p.startswith("intermediate_train_data.")]
+    assert len(prepared) == 1, os.listdir(store.prefix_path)
+    key = prepared[0].split(".", 1)[1]
+    return store.get_train_data_path(key), store.get_val_data_path(key)
+
+
+def rows(store, path):
+    """(features float32 (rows, 64), labels) of a data set a fit wrote."""
+    columns = {"features": [64], "label": []}
+    groups = RowGroups(store, path)
+    parts = [groups.read(unit, columns) for unit in groups.units]
+    return (np.concatenate([p["features"] for p in parts]).astype(np.float32),
+            np.concatenate([p["label"] for p in parts]))
+
+
+def by_id(frame, column):
+    """column's values in id order, stacked."""
+    return np.stack([r[1] for r in sorted(frame.select("id", column).collect())])
+
+
+def fails_on_rank_1_after_the_first_checkpoint(batch):
+    """transformation_fn: rank 1's data source breaks once the run's first checkpoint exists (after its first
+    epoch); HVDLITE_TEST_CHECKPOINT names the checkpoint's file."""
+    import hvdlite
+    if hvdlite.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
+        raise OSError("rank 1 lost its data")
+    return batch
