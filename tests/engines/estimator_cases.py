@@ -32,6 +32,26 @@ def rows(store, path):
             np.concatenate([p["label"] for p in parts]))
 
 
+def torch_accuracy_alone(model, optimizer, store, train_path, val_path):
+    """A torch model trained in this process on a fit's training rows (EPOCHS of batches of BATCH x 2, as 2 ranks
+    of BATCH average, cross-entropy), then its accuracy on the fit's validation rows."""
+    import torch
+    x, y = (torch.as_tensor(a) for a in rows(store, train_path))
+    y = y.long()
+    rng = np.random.default_rng(SEED)
+    steps = len(y) // (2 * BATCH)
+    for _ in range(EPOCHS):
+        order = rng.permutation(len(y))
+        for s in range(steps):
+            pick = order[s * 2 * BATCH:(s + 1) * 2 * BATCH]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[pick]), y[pick]).backward()
+            optimizer.step()
+    vx, vy = (torch.as_tensor(a) for a in rows(store, val_path))
+    with torch.no_grad():
+        return float((model(vx).argmax(1) == vy.long()).float().mean())
+
+
 def by_id(frame, column):
     """column's values in id order, stacked."""
     return np.stack([r[1] for r in sorted(frame.select("id", column).collect())])

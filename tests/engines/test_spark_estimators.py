@@ -17,7 +17,7 @@ from pyspark.ml import Pipeline, PipelineModel
 
 import hvdlite.spark
 from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,
-                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, rows)
+                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, torch_accuracy_alone)
 from hvdlite.spark.common.reader import to_numpy
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.torch import TorchEstimator, TorchModel
@@ -53,24 +53,9 @@ def estimator(store, **changes):
 
 
 def single_process_accuracy(store, train_path, val_path):
-    """The same model trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
-    BATCH average), scored on its validation rows."""
-    x, y = (torch.as_tensor(a) for a in rows(store, train_path))
-    y = y.long()
+    """The same model trained in this process on the fit's training rows."""
     model = fresh_model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    rng = np.random.default_rng(SEED)
-    steps = len(y) // (2 * BATCH)
-    for _ in range(EPOCHS):
-        order = rng.permutation(len(y))
-        for s in range(steps):
-            pick = order[s * 2 * BATCH:(s + 1) * 2 * BATCH]
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(model(x[pick]), y[pick]).backward()
-            optimizer.step()
-    vx, vy = (torch.as_tensor(a) for a in rows(store, val_path))
-    with torch.no_grad():
-        return float(accuracy(model(vx), vy.long()))
+    return torch_accuracy_alone(model, torch.optim.SGD(model.parameters(), lr=LR), store, train_path, val_path)
 
 
 @pytest.mark.long

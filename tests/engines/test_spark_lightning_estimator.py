@@ -16,7 +16,7 @@ import torch
 
 import hvdlite.spark
 from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id, fails_on_rank_1_after_the_first_checkpoint,
-                             prepared_paths, rows)
+                             prepared_paths, torch_accuracy_alone)
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.lightning import TorchEstimator, TorchModel
 
@@ -60,24 +60,9 @@ def estimator(store, **changes):
 
 
 def single_process_accuracy(store, train_path, val_path):
-    """The same module trained in this process on the fit's training rows (batches of BATCH x 2, as 2 ranks of
-    BATCH average), scored on its validation rows."""
-    x, y = (torch.as_tensor(a) for a in rows(store, train_path))
-    y = y.long()
+    """The same module trained in this process on the fit's training rows."""
     module = fresh_module()
-    optimizer = module.configure_optimizers()
-    rng = np.random.default_rng(SEED)
-    steps = len(y) // (2 * BATCH)
-    for _ in range(EPOCHS):
-        order = rng.permutation(len(y))
-        for s in range(steps):
-            pick = order[s * 2 * BATCH:(s + 1) * 2 * BATCH]
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(module(x[pick]), y[pick]).backward()
-            optimizer.step()
-    vx, vy = (torch.as_tensor(a) for a in rows(store, val_path))
-    with torch.no_grad():
-        return float((module(vx).argmax(1) == vy.long()).float().mean())
+    return torch_accuracy_alone(module, module.configure_optimizers(), store, train_path, val_path)
 
 
 def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_module(spark, digits, tmp_path,

@@ -129,7 +129,8 @@ class ModelBase(Persistent, Model):
                                T.StructType([T.StructField(n, t) for n, t in zip(outputs, types)]))
         packed = "__hvdlite_predictions"
         return df.withColumn(packed, predict(*staged)).select(
-            *[F.col(f"`{name}`") for name in df.columns], *[F.col(f"{packed}.`{name}`").alias(name) for name in outputs])
+            *[F.col(f"`{name}`") for name in df.columns],
+            *[F.col(f"{packed}.`{name}`").alias(name) for name in outputs])
 
 
 def predictor(packed_fn, outputs, sizes, feature_count):
