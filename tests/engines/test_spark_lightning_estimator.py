@@ -94,6 +94,7 @@ def test_what_the_module_owns_and_petastorms_options_are_refused_before_any_rank
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
 
 
+@pytest.mark.check_long  # make check trains this Estimator once: its accuracy test
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
