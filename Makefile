@@ -1,6 +1,6 @@
 # make test: the quick verdict (native unit tests, then the one-host tests at each test's own rank count; no root).
-# make check: everything, as CI runs it (.ci/run): make test, the rank-count variants and the simulated hosts' tests,
-# the multi-rank tests across simulated hosts, with Open MPI and under AddressSanitizer, and the CPU image.
+# make check: what CI runs (.ci/run): make test, the rank-count variants and the simulated hosts' tests, the
+# multi-rank tests across simulated hosts and at 16 ranks, and under AddressSanitizer. make check-long: the rest.
 # Which test runs where is said by pytest marks on the tests (pyproject.toml lists them), never by lists here.
 # Each install step leaves a stamp under $(VENV)/.stamps, so a second run skips straight to building and testing.
 
@@ -33,12 +33,13 @@ test:
 # The venv, the core and the torch.distributed backend are built first, so that make test's time is the tests'.
 check:
 	@$(TIMED) "make check" $(MAKE) --no-print-directory native test test-variants test-across-hosts test-at-scale \
-		test-openmpi sanitize-address test-image-cpu
+		sanitize-address
 
-# What does not fit make check's budget (tests marked check_long, the 4-rank tests across hosts placed round-robin
-# over UCX, the many-rank jobs, ThreadSanitizer and the MPIJob image's pods): run before a change is called done.
-check-long: native test-many-ranks sanitize-thread test-image-mpijob
+# What does not fit make check's budget (tests marked check_long, the tests across hosts over UCX, the many-rank
+# jobs, Open MPI, ThreadSanitizer, the CPU image and the MPIJob image's pods): run before a change is called done.
+check-long: native test-many-ranks test-openmpi sanitize-thread test-image-cpu test-image-mpijob
 	@$(TIMED) "pytest -m check_long" $(PYTEST) -m check_long
+	@$(TIMED) "across hosts 2x1 ucx" $(PYTEST) -m across_hosts --hosts 2x1 --network ucx
 	@$(TIMED) "across hosts 2x2 round-robin ucx" \
 		$(PYTEST) -m across_hosts --hosts 2x2 --placement round-robin --network ucx
 
@@ -53,11 +54,10 @@ test-variants: native
 	@$(TIMED) "pytest -m '$(VARIANT_TESTS)'" $(PYTEST) -m "$(VARIANT_TESTS)"
 
 # The multi-rank tests marked across_hosts, again on simulated hosts (network namespaces on this machine, TCP between
-# them; needs root): their 4-rank tests on 2 hosts x 2 ranks in blocks over one of MPICH's network layers, and their
-# 2-rank tests on 2 hosts x 1 rank over the other (make check-long also places the 4 ranks round-robin over UCX).
+# them; needs root): their 4-rank tests on 2 hosts x 2 ranks in blocks over MPICH's OFI layer (make check-long runs
+# their 2-rank tests on 2 hosts x 1 rank over its UCX layer, and the 4 ranks round-robin over UCX).
 test-across-hosts: $(STAMPS)/hvdlite
 	@$(TIMED) "across hosts 2x2 blocks ofi" $(PYTEST) -m across_hosts --hosts 2x2 --placement blocks --network ofi
-	@$(TIMED) "across hosts 2x1 ucx" $(PYTEST) -m across_hosts --hosts 2x1 --network ucx
 
 # The jobs of tests marked at_scale at many ranks (marked many_ranks): 16 ranks on this host and on 8 simulated hosts
 # x 2 in make check; 32 and 64 ranks, on this host (oversubscribed: 64 ranks on 2 cores take minutes) and on 32

@@ -65,6 +65,7 @@ def features(digits):
     return np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
 
 
+@pytest.mark.check_long  # make check keeps the error tests; the fits take minutes each on 2 cores
 def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_model(spark, digits, tmp_path,
                                                                                        job_token):
     store = Store.create(str(tmp_path / "store"))
@@ -83,7 +84,7 @@ def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the
     assert abs((got[val].argmax(axis=1) == labels[val]).mean() - history["val_accuracy"][-1]) < 1e-6, history
 
 
-@pytest.mark.check_long  # make check trains this Estimator once: its accuracy test
+@pytest.mark.check_long
 def test_sparse_vector_columns_and_sample_weights_train_and_the_model_saves_in_a_pipeline(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
@@ -109,7 +110,7 @@ def test_a_bad_column_or_a_refused_parameter_is_an_error_naming_it_before_any_ra
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
 
 
-@pytest.mark.check_long  # make check trains this Estimator once: its accuracy test
+@pytest.mark.check_long
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
