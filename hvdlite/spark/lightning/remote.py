@@ -17,6 +17,7 @@ from lightning.pytorch.plugins.environments import ClusterEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 
 import hvdlite.torch as hvd
+from hvdlite.runner.report_port import ipv4_addresses
 from hvdlite.spark.common import reader
 
 
@@ -81,7 +82,7 @@ class HvdliteEnvironment(ClusterEnvironment):
         if self._rank == 0:
             with socket.socket() as probe:
                 probe.bind(("", 0))
-                address = (_host_address(), probe.getsockname()[1])
+                address = (_host_address(single_host=hvd.local_size() == self._size), probe.getsockname()[1])
         self._address, self._port = hvd.broadcast_object(address, root_rank=0, name="hvdlite.lightning.main")
 
     @property
@@ -119,14 +120,20 @@ class HvdliteEnvironment(ClusterEnvironment):
         return self._rank
 
 
-def _host_address():
-    """An address of this host that the others reach: MASTER_ADDR where set, else the one the hostname resolves to."""
-    if os.environ.get("MASTER_ADDR"):
-        return os.environ["MASTER_ADDR"]
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
+def _host_address(single_host):
+    """An address of rank 0's host that the other ranks reach: loopback where they all run on it; else MASTER_ADDR
+    where it names a host (Spark's slots set it to a slot's name, which does not), else this host's first IPv4
+    address."""
+    if single_host:
         return "127.0.0.1"
+    named = os.environ.get("MASTER_ADDR")
+    if named:
+        try:
+            socket.gethostbyname(named)
+            return named
+        except OSError:
+            pass
+    return next(iter(ipv4_addresses()), socket.getfqdn())
 
 
 class _Tensors:
@@ -148,11 +155,12 @@ class _Tensors:
         return tensors
 
 
-class _Batches:
-    """This rank's batches of one epoch (the epoch set before each pass by _History), as an iterable a DataLoader
+class _Batches(torch.utils.data.IterableDataset):
+    """This rank's batches of one epoch (the epoch set before each pass by History), as a data set a DataLoader
     takes whole (batch_size=None)."""
 
     def __init__(self, groups, columns, rank, size, batch_size, steps, seed, shuffle, to_tensors):
+        super().__init__()
         self.groups, self.columns, self.rank, self.size = groups, columns, rank, size
         self.batch_size, self.steps, self.seed, self.shuffle = batch_size, steps, seed, shuffle
         self.to_tensors, self.epoch = to_tensors, 0
