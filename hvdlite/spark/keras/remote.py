@@ -95,8 +95,9 @@ def train(spec):
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
                  EpochEnd(), *(spec["callbacks"] or [])]
     if initial_epoch < spec["epochs"]:
+        # shuffle=False: the batches come shuffled (reader.batches), which Keras cannot do for a generator.
         model.fit(training_batches(), steps_per_epoch=steps, epochs=spec["epochs"], initial_epoch=initial_epoch,
-                  callbacks=callbacks, verbose=0)
+                  callbacks=callbacks, verbose=0, shuffle=False)
     result = (history, pickle.dumps(_state(model, optimizer, spec["epochs"] - 1, history))) if rank == 0 else None
     hvd.shutdown()
     return result
