@@ -5,9 +5,14 @@ value (cloudpickle), as the tests' own do."""
 import os
 import sys
 
+import time
+
 import cloudpickle
 import numpy as np
+import pytest
 
+import hvdlite.spark
+from hvdlite.spark.common.backend import SparkBackend
 from hvdlite.spark.common.reader import RowGroups
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -64,3 +69,21 @@ def fails_on_rank_1_after_the_first_checkpoint(batch):
     if hvdlite.rank() == 1 and os.path.exists(os.environ["HVDLITE_TEST_CHECKPOINT"]):
         raise OSError("rank 1 lost its data")
     return batch
+
+
+def fails_then_resumes(estimator, store, digits, checkpoint_name, loss_key, bound_s, env=None):
+    """A fit whose rank 1 fails once the run's first checkpoint exists raises RankFailed naming the rank's error within
+    bound_s seconds and leaves that checkpoint; the same run_id then resumes from it: the history holds the epoch
+    from the checkpoint and the one trained now. estimator(store, **changes) makes the Estimator under test."""
+    checkpoint = os.path.join(store.get_checkpoint_path("resumed"), checkpoint_name)
+    backend = SparkBackend(num_proc=2, env={**(env or {}), "HVDLITE_TEST_CHECKPOINT": checkpoint})
+    failing = estimator(store, num_proc=None, backend=backend, run_id="resumed", epochs=2,
+                        transformation_fn=fails_on_rank_1_after_the_first_checkpoint)
+    started = time.monotonic()
+    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*OSError: rank 1 lost its data"):
+        failing.fit(digits)
+    assert time.monotonic() - started < bound_s
+    assert os.path.exists(checkpoint)
+    history = estimator(store, run_id="resumed", epochs=2, verbose=1).fit(digits).getHistory()
+    assert len(history[loss_key]) == 2, history  # epoch 1 from the checkpoint, epoch 2 now
+    assert history["val_accuracy"][-1] > 0.8, history

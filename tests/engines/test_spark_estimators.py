@@ -7,7 +7,6 @@ an error naming it before any rank starts, and a rank that dies fails fit with i
 from the Store's checkpoint."""
 import os
 import sys
-import time
 
 import cloudpickle
 import numpy as np
@@ -17,7 +16,7 @@ from pyspark.ml import Pipeline, PipelineModel
 
 import hvdlite.spark
 from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,
-                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, torch_accuracy_alone)
+                             fails_then_resumes, prepared_paths, torch_accuracy_alone)
 from hvdlite.spark.common.reader import to_numpy
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.torch import TorchEstimator, TorchModel
@@ -138,19 +137,8 @@ def test_a_bad_column_or_a_refused_parameter_is_an_error_naming_it_before_any_ra
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
-    checkpoint = os.path.join(store.get_checkpoint_path("resumed"), store.get_checkpoint_filename())
-    backend = hvdlite.spark.common.backend.SparkBackend(num_proc=2, env={"HVDLITE_TEST_CHECKPOINT": checkpoint})
-    failing = estimator(store, num_proc=None, backend=backend, run_id="resumed", epochs=2,
-                        transformation_fn=fails_on_rank_1_after_the_first_checkpoint)
-    started = time.monotonic()
-    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*OSError: rank 1 lost its data"):
-        failing.fit(digits)
-    assert time.monotonic() - started < 120
-    assert os.path.exists(checkpoint)
-    resumed = estimator(store, run_id="resumed", epochs=2, verbose=1).fit(digits)
-    history = resumed.getHistory()
-    assert len(history["loss"]) == 2, history  # epoch 1 from the checkpoint, epoch 2 now
-    assert history["val_accuracy"][-1] > 0.8, history
+    fails_then_resumes(estimator, store, digits, store.get_checkpoint_filename(), "loss", bound_s=120)
+
 
 
 def test_to_numpy_reshapes_list_columns():

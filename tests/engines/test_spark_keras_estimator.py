@@ -6,7 +6,6 @@ a refused parameter is an error naming it before any rank starts, and a rank tha
 run then resuming from the Store's checkpoint."""
 import os
 import sys
-import time
 
 import cloudpickle
 import numpy as np
@@ -18,7 +17,7 @@ import keras  # noqa: E402
 
 import hvdlite.spark  # noqa: E402
 from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,  # noqa: E402
-                             fails_on_rank_1_after_the_first_checkpoint, prepared_paths, rows)
+                             fails_then_resumes, prepared_paths, rows)
 from hvdlite.spark.common.store import Store  # noqa: E402
 from hvdlite.spark.keras import KerasEstimator, KerasModel  # noqa: E402
 
@@ -115,16 +114,4 @@ def test_a_bad_column_or_a_refused_parameter_is_an_error_naming_it_before_any_ra
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
-    checkpoint = os.path.join(store.get_checkpoint_path("resumed"), store.get_checkpoint_filename())
-    backend = hvdlite.spark.common.backend.SparkBackend(num_proc=2, env={**ENV, "HVDLITE_TEST_CHECKPOINT": checkpoint})
-    failing = estimator(store, backend=backend, run_id="resumed", epochs=2,
-                        transformation_fn=fails_on_rank_1_after_the_first_checkpoint)
-    started = time.monotonic()
-    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*OSError: rank 1 lost its data"):
-        failing.fit(digits)
-    assert time.monotonic() - started < 180
-    assert os.path.exists(checkpoint)
-    resumed = estimator(store, run_id="resumed", epochs=2).fit(digits)
-    history = resumed.getHistory()
-    assert len(history["loss"]) == 2, history  # epoch 1 from the checkpoint, epoch 2 now
-    assert history["val_accuracy"][-1] > 0.8, history
+    fails_then_resumes(estimator, store, digits, store.get_checkpoint_filename(), "loss", bound_s=180, env=ENV)

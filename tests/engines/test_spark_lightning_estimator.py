@@ -6,7 +6,6 @@ starts, and a rank that fails ends fit with its error, the run then resuming fro
 Store."""
 import os
 import sys
-import time
 
 import cloudpickle
 import lightning as L
@@ -14,9 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-import hvdlite.spark
-from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id, fails_on_rank_1_after_the_first_checkpoint,
-                             prepared_paths, torch_accuracy_alone)
+from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id, fails_then_resumes, prepared_paths,
+                             torch_accuracy_alone)
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.lightning import TorchEstimator, TorchModel
 
@@ -100,15 +98,4 @@ def test_what_the_module_owns_and_petastorms_options_are_refused_before_any_rank
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
-    checkpoint = os.path.join(store.get_checkpoint_path("resumed"), "checkpoint.ckpt")
-    backend = hvdlite.spark.common.backend.SparkBackend(num_proc=2, env={"HVDLITE_TEST_CHECKPOINT": checkpoint})
-    failing = estimator(store, num_proc=None, backend=backend, run_id="resumed", epochs=2,
-                        transformation_fn=fails_on_rank_1_after_the_first_checkpoint)
-    started = time.monotonic()
-    with pytest.raises(hvdlite.spark.RankFailed, match=r"(?s)rank 1.*OSError: rank 1 lost its data"):
-        failing.fit(digits)
-    assert time.monotonic() - started < 120
-    assert os.path.exists(checkpoint)
-    history = estimator(store, run_id="resumed", epochs=2).fit(digits).getHistory()
-    assert len(history["train_loss"]) == 2, history  # epoch 1 from the checkpoint, epoch 2 now
-    assert history["val_accuracy"][-1] > 0.8, history
+    fails_then_resumes(estimator, store, digits, "checkpoint.ckpt", "train_loss", bound_s=120)
