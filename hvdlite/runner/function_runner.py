@@ -10,6 +10,7 @@ host's name, as they reach the launcher. A connection must first give the job's 
 hand this process a pickle to load. An elastic run (``min_num_proc``/``max_num_proc``) restarts as hvdliterun
 restarts it; the results are those of the last start.
 """
+import datetime
 import hmac
 import os
 import pickle
@@ -160,15 +161,18 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     return _results(exchange.results, code)
 
 
-def _launch(argv, env, started=None, stdout=None, stderr=None):
+def _launch(argv, env, started=None, stdout=None, stderr=None, timestamps=False):
     """Runs hvdliterun; its exit code. Interrupted (Ctrl-C in a notebook), the caller tells the launcher to stop, as
     a terminal would, and waits for it: the launcher then ends the job its own way (an elastic run's commits
     removed, say) instead of being killed, as subprocess.run would kill it. ``started(process)`` is called once it
-    runs; ``stdout``/``stderr``: objects with ``write(str)`` that take the job's output (else this process's)."""
+    runs; ``stdout``/``stderr``: objects with ``write(str)`` that take the job's output (else this process's);
+    ``timestamps``: each line of that output starts with the local time it reached this process."""
+    if timestamps:
+        stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     launcher = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE if stdout is not None else None,
                                 stderr=subprocess.PIPE if stderr is not None else None)
-    copiers = [threading.Thread(target=_copy_lines, args=(pipe, to), daemon=True)
+    copiers = [threading.Thread(target=_copy_lines, args=(pipe, to, timestamps), daemon=True)
                for pipe, to in ((launcher.stdout, stdout), (launcher.stderr, stderr)) if to is not None]
     for copier in copiers:
         copier.start()
@@ -189,10 +193,16 @@ def _launch(argv, env, started=None, stdout=None, stderr=None):
         raise
 
 
-def _copy_lines(pipe, to):
+def _copy_lines(pipe, to, timestamps):
     for line in iter(pipe.readline, b""):
-        to.write(line.decode(errors="replace"))
+        text = line.decode(errors="replace")
+        to.write(f"{_timestamp()} {text}" if timestamps else text)
     pipe.close()
+
+
+def _timestamp():
+    """The local time to the millisecond, ISO 8601 (2026-12-03T17:47:08.123)."""
+    return datetime.datetime.now().isoformat(timespec="milliseconds")
 
 
 def _renamed(num_proc, np, min_num_proc, min_np, max_num_proc, max_np):

@@ -31,10 +31,11 @@ def _launcher_program(folder):
 
 
 def run_on_slots(func, args, kwargs, registry, caller_host, start_timeout=None, mpi_args=None, verbose=False,
-                 env=None, stdout=None, stderr=None, network_interfaces=None):
+                 env=None, stdout=None, stderr=None, network_interfaces=None, timestamps=False):
     """Runs ``func(*args, **kwargs)`` on every slot of ``registry`` (all registered) and returns the ranks' values
     in rank order. ``caller_host``: the name or address by which the slots reach this process; the other arguments
-    are hvdliterun's flags of those names (``network_interfaces``: a list). Raises
+    are hvdliterun's flags of those names (``network_interfaces``: a list), ``stdout``/``stderr`` and ``timestamps``
+    function_runner._launch's. Raises
     function_runner.RankFailed when a rank's function raised, SlotLost when a slot died (with the tracebacks of
     ranks that raised), RuntimeError when the job failed otherwise."""
     payload = function_runner._cloudpickle().dumps((func, tuple(args), dict(kwargs or {})))
@@ -59,7 +60,7 @@ def run_on_slots(func, args, kwargs, registry, caller_host, start_timeout=None, 
                 FUNCTION_SECRET_VARIABLE: exchange.secret,
                 MAP_VARIABLE: os.path.join(folder, "slots.json"), SECRET_VARIABLE: registry.secret})
             code = function_runner._launch(argv, job_env, started=lambda p: launcher.update(process=p),
-                                           stdout=stdout, stderr=stderr)
+                                           stdout=stdout, stderr=stderr, timestamps=timestamps)
     finally:
         registry.on_lost = None
         exchange.close()

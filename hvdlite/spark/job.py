@@ -103,8 +103,9 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, extra_mpi_a
     horovod.spark.run's arguments: ``start_timeout`` (seconds for every task to start; HOROVOD_SPARK_START_TIMEOUT,
     else 600), ``extra_mpi_args`` (added to mpiexec's), ``env`` (variables for the ranks, added to this process's),
     ``stdout``/``stderr`` (objects with ``write(str)`` for the ranks' output), ``verbose`` (2 or more: the launcher
-    says what it runs), ``nics`` (the network interfaces to use). ``prefix_output_with_timestamp`` and
-    ``executable`` are taken and change nothing (the ranks run this driver's Python). Raises RankFailed with every
+    says what it runs), ``nics`` (the network interfaces to use), ``prefix_output_with_timestamp`` (each line of the
+    ranks' output starts with the time it reached the driver). ``executable`` is taken and changes nothing (the
+    ranks run this driver's Python). Raises RankFailed with every
     failing rank's traceback, SlotLost when a task died while its rank ran, RuntimeError when the stage failed.
     """
     source = _SparkSlots(_spark_context())
@@ -113,7 +114,8 @@ def run(fn, args=(), kwargs=None, num_proc=None, start_timeout=None, extra_mpi_a
     finished = False
     try:
         result = run_on_slots(fn, args, kwargs, registry, source.caller_host, env=env,
-                              **_job_options(start_timeout, extra_mpi_args, verbose, stdout, stderr, nics))
+                              **_job_options(start_timeout, extra_mpi_args, verbose, stdout, stderr, nics,
+                                            prefix_output_with_timestamp))
         finished = True
         return result
     finally:
@@ -140,12 +142,12 @@ def run_elastic(fn, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_
     return run_elastic_on_slots(fn, args, kwargs, source, num_proc, min_num_proc, max_num_proc, elastic_timeout,
                                 reset_limit, _log, env=env,
                                 **_job_options(start_timeout, extra_mpi_args=None, verbose=verbose, stdout=stdout,
-                                               stderr=stderr, nics=nics))
+                                               stderr=stderr, nics=nics, timestamps=prefix_output_with_timestamp))
 
 
-def _job_options(start_timeout, extra_mpi_args, verbose, stdout, stderr, nics):
+def _job_options(start_timeout, extra_mpi_args, verbose, stdout, stderr, nics, timestamps):
     return dict(start_timeout=start_timeout, mpi_args=extra_mpi_args, verbose=verbose >= 2, stdout=stdout,
-                stderr=stderr, network_interfaces=list(nics) if nics else None)
+                stderr=stderr, network_interfaces=list(nics) if nics else None, timestamps=timestamps)
 
 
 def _log(message):

@@ -4,6 +4,7 @@ args and kwargs; a raising rank, a task killed while its rank runs and a stage t
 raise promptly, leave no rank or proxy behind, and leave the SparkContext usable; HorovodRunner on Spark and on
 the driver alone; run_elastic resumes after a killed task with the parameters of an uninterrupted run, and gives up
 at its reset limit leaving no commits."""
+import datetime
 import os
 import signal
 import sys
@@ -63,6 +64,35 @@ def test_num_proc_defaults_to_sparks_parallelism(spark, job_token):
         return hvd.rank(), hvd.size()
 
     assert hvdlite.spark.run(rank_and_size) == [(0, 2), (1, 2)]  # local[2]
+
+
+class Lines:
+    """An object with write(str), as spark.run's stdout takes: what the ranks printed, line by line."""
+
+    def __init__(self):
+        self.text = []
+
+    def write(self, text):
+        self.text.append(text)
+
+
+def test_prefix_output_with_timestamp_starts_each_line_of_the_ranks_output_with_its_time(spark, job_token):
+    def says_hello():
+        import hvdlite as hvd
+        hvd.init()
+        print(f"rank {hvd.rank()} says hello", flush=True)
+
+    stamped, plain = Lines(), Lines()
+    began = datetime.datetime.now()
+    hvdlite.spark.run(says_hello, num_proc=2, stdout=stamped, prefix_output_with_timestamp=True)
+    ended = datetime.datetime.now()
+    hvdlite.spark.run(says_hello, num_proc=2, stdout=plain)
+    hellos = sorted(line for line in "".join(stamped.text).splitlines() if "says hello" in line)
+    assert [line.split(" ", 1)[1] for line in hellos] == ["rank 0 says hello", "rank 1 says hello"], stamped.text
+    for line in hellos:
+        assert began <= datetime.datetime.fromisoformat(line.split(" ", 1)[0]) <= ended, line
+    assert sorted(line for line in "".join(plain.text).splitlines() if "says hello" in line) == [
+        "rank 0 says hello", "rank 1 says hello"], plain.text
 
 
 def test_a_raising_rank_fails_the_run_with_its_traceback(spark, job_token):

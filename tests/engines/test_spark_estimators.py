@@ -17,7 +17,6 @@ from pyspark.ml import Pipeline, PipelineModel
 import hvdlite.spark
 from estimator_cases import (BATCH, EPOCHS, LR, SEED, TOLERANCE, by_id,
                              fails_then_resumes, prepared_paths, torch_accuracy_alone)
-from hvdlite.spark.common.reader import to_numpy
 from hvdlite.spark.common.store import Store
 from hvdlite.spark.torch import TorchEstimator, TorchModel
 
@@ -139,9 +138,3 @@ def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_ch
     store = Store.create(str(tmp_path / "store"))
     fails_then_resumes(estimator, store, digits, store.get_checkpoint_filename(), "loss", bound_s=120)
 
-
-
-def test_to_numpy_reshapes_list_columns():
-    import pyarrow as pa
-    column = pa.chunked_array([pa.array([[1, 2, 3, 4], [5, 6, 7, 8]])])
-    assert to_numpy(column, [2, 2]).tolist() == [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]

@@ -18,12 +18,13 @@ class SparkBackend(Backend):
     hvdlite.spark.run's (docs/spark.md)."""
 
     def __init__(self, num_proc=None, env=None, stdout=None, stderr=None, verbose=1, nics=None, start_timeout=None,
-                 extra_mpi_args=None, **refused):
+                 extra_mpi_args=None, prefix_output_with_timestamp=False, **refused):
         if refused:
             raise TypeError(f"SparkBackend does not take {sorted(refused)} (hvdlite.spark.run's arguments only)")
         self._num_proc, self._env = num_proc, env
         self._options = dict(stdout=stdout, stderr=stderr, verbose=verbose, nics=nics, start_timeout=start_timeout,
-                             extra_mpi_args=extra_mpi_args)
+                             extra_mpi_args=extra_mpi_args,
+                             prefix_output_with_timestamp=prefix_output_with_timestamp)
 
     def run(self, fn, args=(), kwargs=None, env=None):
         merged = {**(self._env or {}), **(env or {})} or None

@@ -102,7 +102,8 @@ class EstimatorBase(Persistent, Estimator):
                 "backward_passes_per_step": self.getBackwardPassesPerStep(),
                 "gradient_compression": self.getGradientCompression(), "shuffle": self.getShuffle(),
                 "random_seed": self.getRandomSeed(), "use_gpu": self.getUseGpu(), "verbose": self.getVerbose(),
-                "terminate_on_nan": self.getTerminateOnNan(), "checkpoint_path": checkpoint_path,
+                "terminate_on_nan": self.getTerminateOnNan(), "inmemory_cache_all": self.getInmemoryCacheAll(),
+                "checkpoint_path": checkpoint_path,
                 "checkpoint_name": self._checkpoint_name()}
 
 

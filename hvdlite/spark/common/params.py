@@ -37,20 +37,21 @@ ESTIMATOR_PARAMS = {
     "label_shapes": (None, "shape of each label column's values"),
     "use_gpu": (True, "train on the rank's GPU where there is one"),
     "terminate_on_nan": (False, "stop training when the loss is not a number"),
+    "inmemory_cache_all": (False, "each rank keeps its share of the training and validation rows in memory after "
+                                  "reading them once (its row groups then fixed for the run)"),
     # Horovod's Petastorm reader options: refused unless left at their defaults (there is no Petastorm here).
     "shuffle_buffer_size": (None, "(Horovod's deprecated row buffer; refused: the rows are shuffled by row group "
                                   "and within it)"),
     "train_reader_num_workers": (None, "(Petastorm's reader workers; refused)"),
     "val_reader_num_workers": (None, "(Petastorm's reader workers; refused)"),
     "reader_pool_type": ("thread", "(Petastorm's pool; only 'thread')"),
-    "inmemory_cache_all": (False, "(Petastorm's in-memory cache; refused)"),
     "compress_sparse_cols": (False, "(Petastorm's sparse encoding; refused: sparse vectors are written dense)"),
     "mp_start_method": (None, "(Petastorm's multiprocessing; refused)"),
 }
 
 # The parameters hvdlite cannot honour, and the value each must keep.
 REFUSED = {"shuffle_buffer_size": None, "train_reader_num_workers": None, "val_reader_num_workers": None,
-           "reader_pool_type": "thread", "inmemory_cache_all": False, "compress_sparse_cols": False,
+           "reader_pool_type": "thread", "compress_sparse_cols": False,
            "mp_start_method": None}
 
 

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 class RowGroups:
     """The row groups of a data set: (file, index, rows), the same list on every rank."""
 
-    def __init__(self, store, path):
+    def __init__(self, store, path, cache=False):
         self.store, self.units = store, []
+        self.cache = {} if cache else None  # unit -> {column: array}, when the rank keeps what it read
         for name in store.parquet_files(path):
             metadata = pq.ParquetFile(name, filesystem=store.fs).metadata
             self.units += [(name, g, metadata.row_group(g).num_rows) for g in range(metadata.num_row_groups)
@@ -28,10 +29,24 @@ class RowGroups:
         return [self.units[i] for i in mine]
 
     def read(self, unit, columns):
-        """{column: array of (rows, *shape)} of one row group."""
+        """{column: array of (rows, *shape)} of one row group (read-only arrays: a cached part is handed out again)."""
+        if self.cache is not None and unit in self.cache:
+            return self.cache[unit]
         name, group, _ = unit
         table = pq.ParquetFile(name, filesystem=self.store.fs).read_row_group(group, columns=list(columns))
-        return {column: to_numpy(table.column(column), shape) for column, shape in columns.items()}
+        part = {column: to_numpy(table.column(column), shape) for column, shape in columns.items()}
+        if self.cache is not None:
+            for values in part.values():
+                values.flags.writeable = False
+            self.cache[unit] = part
+        return part
+
+
+def fit_data(spec):
+    """(training RowGroups, validation RowGroups or None) of a fit, as its spec (estimator.py) names them."""
+    cache = spec["inmemory_cache_all"]
+    return (RowGroups(spec["store"], spec["train_path"], cache),
+            RowGroups(spec["store"], spec["val_path"], cache) if spec["val_path"] else None)
 
 
 def to_numpy(chunked, shape):
@@ -47,11 +62,14 @@ def to_numpy(chunked, shape):
 def batches(groups, columns, rank, size, batch_size, steps, seed=None, epoch=0, shuffle=True):
     """steps batches ({column: array of batch_size rows}) of this rank's share; rows shuffled each epoch when
     shuffle (seeded by seed and epoch, the same deal on every rank)."""
-    order_seed = None if not shuffle else [0 if seed is None else seed, epoch]
-    mine = groups.dealt(rank, size, order_seed)
+    seed = 0 if seed is None else seed
+    cached = groups.cache is not None
+    mine = groups.dealt(rank, size, None if not shuffle else [seed, 0 if cached else epoch])
     if not mine:
         raise ValueError("no rows to read: the data set is empty")
-    rows_rng = np.random.default_rng([0 if seed is None else seed, epoch, rank, 1]) if shuffle else None
+    if cached and shuffle:  # the same share every epoch, in an order of its own
+        mine = [mine[i] for i in np.random.default_rng([seed, epoch, rank, 2]).permutation(len(mine))]
+    rows_rng = np.random.default_rng([seed, epoch, rank, 1]) if shuffle else None
     pending, held, turn = [], 0, 0  # parts read and not yet batched (views), and their rows
     for _ in range(steps):
         while held < batch_size:

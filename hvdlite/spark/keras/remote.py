@@ -47,8 +47,7 @@ def train(spec):
         x, y = (x[0] if len(x) == 1 else tuple(x)), (y[0] if len(y) == 1 else tuple(y))
         return (x, y, np.asarray(batch[weight], dtype=np.float32)) if weight else (x, y)
 
-    groups = reader.RowGroups(spec["store"], spec["train_path"])
-    val_groups = reader.RowGroups(spec["store"], spec["val_path"]) if spec["val_path"] else None
+    groups, val_groups = reader.fit_data(spec)
     steps = spec["train_steps_per_epoch"] or max(1, groups.rows // (size * spec["batch_size"]))
     steps = -(-steps // passes) * passes  # whole optimizer steps: every pass's gradients are all-reduced
     initial_epoch = state.get("epoch", -1) + 1

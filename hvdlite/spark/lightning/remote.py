@@ -28,8 +28,7 @@ def train(spec):
         L.seed_everything(spec["random_seed"], workers=True, verbose=False)
     model = spec["model"]
     columns = {name: meta["shape"] for name, meta in spec["metadata"].items()}
-    groups = reader.RowGroups(spec["store"], spec["train_path"])
-    val_groups = reader.RowGroups(spec["store"], spec["val_path"]) if spec["val_path"] else None
+    groups, val_groups = reader.fit_data(spec)
     steps = spec["train_steps_per_epoch"] or max(1, groups.rows // (size * spec["batch_size"]))
     # Validation in the same number of steps on every rank too: a LightningModule may log with sync_dist, an
     # all-reduce in each step.

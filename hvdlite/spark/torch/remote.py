@@ -69,8 +69,7 @@ def train(spec):
             total = total + spec["loss_weights"][i] * loss
         return outputs, targets, total
 
-    groups = reader.RowGroups(spec["store"], spec["train_path"])
-    val_groups = reader.RowGroups(spec["store"], spec["val_path"]) if spec["val_path"] else None
+    groups, val_groups = reader.fit_data(spec)
     steps = spec["train_steps_per_epoch"] or max(1, groups.rows // (size * spec["batch_size"]))
     steps = -(-steps // passes) * passes  # whole optimizer steps: every pass's gradients are all-reduced
     metrics = spec["metrics"]
