@@ -23,7 +23,7 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: test check check-long test-quick test-variants demo bench setup native native-unit-tests native-unit-tests-asan \
 	sanitize-address sanitize-thread test-across-hosts test-at-scale test-many-ranks test-openmpi image-cpu image-cuda image-mpijob test-image-cpu \
-	test-image-mpijob test-image-cuda clean
+	test-image-mpijob test-image-cuda horovod-spark-examples clean
 
 QUICK_TESTS := not simulated_hosts and not root and not extra_ranks and not long and not check_long and not mpijob_image \
 	and not many_ranks
@@ -166,6 +166,14 @@ demo: native
 	else example=examples/numpy_digits.py; fi; \
 	echo "$(HVDLITERUN) -np 2 $(PYTHON) $$example"; \
 	$(HVDLITERUN) -np 2 $(PYTHON) $$example
+
+# Horovod's own Spark Estimator examples from a Horovod checkout (not on PyPI, so not in CI), run unchanged through
+# Horovod's import names on scikit-learn's digits: make horovod-spark-examples HOROVOD_SOURCE=/path/to/horovod.
+# Its Keras example's TensorBoard callback needs tensorboard.
+horovod-spark-examples: native
+	@test -n "$(HOROVOD_SOURCE)" || { echo "set HOROVOD_SOURCE to a Horovod source tree"; exit 2; }
+	$(PIP) install -q tensorboard
+	$(PYTHON) tests/engines/horovod_spark_examples.py $(HOROVOD_SOURCE)
 
 # Each bench script that has a __main__ (helpers such as common.py have none), with no arguments; the GPU ones
 # (bench/gpu_*.py) only where a GPU answers.

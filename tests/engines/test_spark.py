@@ -87,8 +87,8 @@ def test_prefix_output_with_timestamp_starts_each_line_of_the_ranks_output_with_
     hvdlite.spark.run(says_hello, num_proc=2, stdout=stamped, prefix_output_with_timestamp=True)
     ended = datetime.datetime.now()
     hvdlite.spark.run(says_hello, num_proc=2, stdout=plain)
-    hellos = sorted(line for line in "".join(stamped.text).splitlines() if "says hello" in line)
-    assert [line.split(" ", 1)[1] for line in hellos] == ["rank 0 says hello", "rank 1 says hello"], stamped.text
+    hellos = [line for line in "".join(stamped.text).splitlines() if "says hello" in line]
+    assert sorted(line.split(" ", 1)[1] for line in hellos) == ["rank 0 says hello", "rank 1 says hello"], stamped.text
     for line in hellos:
         assert began <= datetime.datetime.fromisoformat(line.split(" ", 1)[0]) <= ended, line
     assert sorted(line for line in "".join(plain.text).splitlines() if "says hello" in line) == [

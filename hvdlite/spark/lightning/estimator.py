@@ -15,6 +15,9 @@ from hvdlite.spark.common.estimator import EstimatorBase, set_kwargs
 from hvdlite.spark.common.params import ESTIMATOR_PARAMS, add_params
 from hvdlite.spark.torch.estimator import TorchModel
 
+# The oldest Lightning this Estimator runs on (horovod.spark.lightning.estimator's name; Horovod's was a 1.x).
+MIN_PL_VERSION = "2.0.0"
+
 LIGHTNING_PARAMS = {
     "input_shapes": (None, "each feature column's shape as the module takes it, the batch leading as -1"),
     "trainer_args": (None, "keyword arguments of Lightning's Trainer, over the Estimator's own"),

@@ -3,7 +3,11 @@ torch.distributed backend (the ranks are hvdlite's: HvdliteEnvironment), the Lig
 the run's last checkpoint, which Lightning restores with the trainer's state), batches of this rank's share of the
 Store's Parquet as dicts of tensors (hvdlite/spark/common/reader.py), the same number of training and validation
 steps on every rank, and a checkpoint a epoch written by rank 0 to the Store. Rank 0 returns the history and the
-final weights; the others None."""
+final weights; the others None.
+
+A module may come from either of Lightning's packages, ``lightning`` (``lightning.pytorch``) or ``pytorch_lightning``
+(the name Horovod's users wrote): their classes are distinct and a Trainer takes only its own package's modules,
+callbacks and environments, so the Trainer and this file's Lightning classes are the module's package's."""
 import io
 import math
 import os
@@ -11,10 +15,10 @@ import posixpath
 import socket
 import tempfile
 
-import lightning as L
+import functools
+import importlib
+
 import torch
-from lightning.pytorch.plugins.environments import ClusterEnvironment
-from lightning.pytorch.strategies import DDPStrategy
 
 import hvdlite.torch as hvd
 from hvdlite.runner.report_port import ipv4_addresses
@@ -24,9 +28,10 @@ from hvdlite.spark.common import reader
 def train(spec):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    if spec["random_seed"] is not None:
-        L.seed_everything(spec["random_seed"], workers=True, verbose=False)
     model = spec["model"]
+    pl = lightning_package(model)
+    if spec["random_seed"] is not None:
+        pl.seed_everything(spec["random_seed"], workers=True, verbose=False)
     columns = {name: meta["shape"] for name, meta in spec["metadata"].items()}
     groups, val_groups = reader.fit_data(spec)
     steps = spec["train_steps_per_epoch"] or max(1, groups.rows // (size * spec["batch_size"]))
@@ -46,9 +51,10 @@ def train(spec):
             resume_from = os.path.join(folder, "resume.ckpt")
             with open(resume_from, "wb") as stream:
                 stream.write(spec["checkpoint"])
-        history = History(rank, spec, train_data, os.path.join(folder, "epoch.ckpt"))
+        history = lightning_class(pl, History)(rank, spec, train_data, os.path.join(folder, "epoch.ckpt"))
         accelerator = "gpu" if spec["use_gpu"] and torch.cuda.is_available() else "cpu"
-        strategy = DDPStrategy(process_group_backend="hvdlite", cluster_environment=HvdliteEnvironment())
+        strategy = _part(pl, "strategies").DDPStrategy(
+            process_group_backend="hvdlite", cluster_environment=lightning_class(pl, HvdliteEnvironment)())
         arguments = {"accelerator": accelerator, "devices": [hvd.local_rank()] if accelerator == "gpu" else 1,
                      "num_nodes": size, "strategy": strategy, "max_epochs": spec["epochs"], "logger": False,
                      "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
@@ -57,22 +63,58 @@ def train(spec):
                      "accumulate_grad_batches": spec["backward_passes_per_step"],
                      **(spec["trainer_args"] or {})}
         arguments["callbacks"] = [*(arguments.get("callbacks") or []), *(spec["callbacks"] or []), history]
-        trainer = L.Trainer(**arguments)
+        best = _checkpoint_callback(pl, arguments, os.path.join(folder, "best"))
+        trainer = pl.Trainer(**arguments)
         loader = torch.utils.data.DataLoader
         trainer.fit(model, loader(train_data, batch_size=None), loader(val_data, batch_size=None) if val_data else None,
                     ckpt_path=resume_from)
         result = None
         if rank == 0:
+            weights = model.state_dict()
+            if best is not None and best.best_model_path:
+                weights = torch.load(best.best_model_path, map_location="cpu", weights_only=False)["state_dict"]
             buffer = io.BytesIO()
-            torch.save(model.state_dict(), buffer)
+            torch.save(weights, buffer)
             result = (history.history, buffer.getvalue())
     return result
 
 
-class HvdliteEnvironment(ClusterEnvironment):
-    """Lightning's view of an hvdlite job: the ranks are hvdlite's (started by Spark, not by Lightning), each its own
-    node of one device, so that ranks placed unevenly on hosts still make one world; rank 0's address and a free
-    port of its host for torch's store, agreed over hvdlite."""
+def _checkpoint_callback(pl, arguments, folder):
+    """The user's ModelCheckpoint among the trainer's callbacks, if any, as Horovod takes it: checkpointing is then
+    on, its files go to this rank's folder (not the executor's working directory), and the model fit returns is its
+    best one. None without one."""
+    model_checkpoint = _part(pl, "callbacks").ModelCheckpoint
+    found = next((c for c in arguments["callbacks"] if isinstance(c, model_checkpoint)), None)
+    if found is not None:
+        arguments["enable_checkpointing"] = True
+        found.dirpath = folder
+    return found
+
+
+def lightning_package(module):
+    """lightning.pytorch, or pytorch_lightning where the module's class comes from that package."""
+    if any(cls.__module__.startswith("pytorch_lightning.") for cls in type(module).__mro__):
+        return importlib.import_module("pytorch_lightning")
+    return importlib.import_module("lightning.pytorch")
+
+
+def _part(pl, name):
+    """A module of the Lightning package pl (not all are imported with it)."""
+    return importlib.import_module(f"{pl.__name__}.{name}")
+
+
+@functools.lru_cache(maxsize=None)
+def lightning_class(pl, body):
+    """body (a class of this file's methods) made a subclass of its Lightning base in package pl."""
+    base = {"HvdliteEnvironment": _part(pl, "plugins.environments").ClusterEnvironment,
+            "History": pl.Callback}[body.__name__]
+    return type(body.__name__, (body, base), {"__doc__": body.__doc__})
+
+
+class HvdliteEnvironment:
+    """Lightning's view of an hvdlite job (a ClusterEnvironment): the ranks are hvdlite's (started by Spark, not by
+    Lightning), each its own node of one device, so that ranks placed unevenly on hosts still make one world; rank
+    0's address and a free port of its host for torch's store, agreed over hvdlite."""
 
     def __init__(self):
         super().__init__()
@@ -173,8 +215,8 @@ class _Batches(torch.utils.data.IterableDataset):
         return self.steps
 
 
-class History(L.Callback):
-    """Each epoch's logged figures (rank 0's, which sync_dist makes every rank's), the epoch the training
+class History:
+    """A Lightning Callback: each epoch's logged figures (rank 0's, which sync_dist makes every rank's), the epoch the training
     batches are shuffled for, and the Store's checkpoint each epoch; its state rides in Lightning's checkpoint,
     so a resumed run keeps the history before it."""
 
