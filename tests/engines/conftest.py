@@ -1,7 +1,7 @@
 """The engine tests' fixtures: a variable the ranks inherit (from the launcher on the driver), to find any left
-behind; a local[2] Spark and scikit-learn's digits as a DataFrame for the Spark ML Estimators' tests; and one line
-at the end of a run with the time the engine tests took (they start real JVMs and Ray clusters: their share of the
-CI budget is watched)."""
+behind; one local[2] Spark for the Spark tests of a run and scikit-learn's digits as a DataFrame for the Estimators'
+tests; and one line at the end of a run with the time the engine tests took (they start real JVMs and Ray clusters:
+their share of the CI budget is watched)."""
 import uuid
 
 import numpy as np
@@ -21,10 +21,11 @@ def job_token(monkeypatch):
     assert processes_with_environment("HVDLITE_TEST_TOKEN", token) == []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
+    """One local[2] Spark for every engine test of a run (its JVM takes seconds to start)."""
     import pyspark.sql
-    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-estimator-tests")
+    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-engine-tests")
                .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1")
                .config("spark.sql.shuffle.partitions", "4").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
@@ -32,7 +33,7 @@ def spark():
     session.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def digits(spark):
     """The digits with an id, the features as a dense vector, an array and a sparse vector, the label, a sample
     weight and a validation flag."""

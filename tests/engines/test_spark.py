@@ -12,7 +12,6 @@ import time
 
 import cloudpickle
 import numpy as np
-import pyspark.sql
 import pytest
 
 import elastic_training
@@ -26,15 +25,6 @@ KILL_TO_RAISE_LIMIT = 30.0  # seconds from a killed task to run() raising (it ta
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 cloudpickle.register_pickle_by_value(process_tree)
 cloudpickle.register_pickle_by_value(elastic_training)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = (pyspark.sql.SparkSession.builder.master("local[2]").appName("hvdlite-tests")
-               .config("spark.ui.enabled", "false").config("spark.executorEnv.OMP_NUM_THREADS", "1").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def test_every_rank_runs_inside_a_task_and_the_values_come_back_in_rank_order(spark, job_token):

@@ -64,7 +64,6 @@ def features(digits):
     return np.array([r.features.toArray() for r in sorted(digits.select("id", "features").collect())], np.float32)
 
 
-@pytest.mark.check_long  # make check keeps the error tests; the fits take minutes each on 2 cores
 def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_model(spark, digits, tmp_path,
                                                                                        job_token):
     store = Store.create(str(tmp_path / "store"))
@@ -84,7 +83,7 @@ def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the
     assert abs((got[val].argmax(axis=1) == labels[val]).mean() - history["val_accuracy"][-1]) < 1e-6, history
 
 
-@pytest.mark.check_long
+@pytest.mark.check_long  # make check trains each Estimator once (the test above); further fits: make check-long
 def test_sparse_vector_columns_and_sample_weights_train_and_the_model_saves_in_a_pipeline(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))

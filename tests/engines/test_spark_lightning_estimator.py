@@ -69,7 +69,6 @@ def single_process_accuracy(store, train_path, val_path):
     return torch_accuracy_alone(module, module.configure_optimizers(), store, train_path, val_path)
 
 
-@pytest.mark.check_long  # make check keeps the error tests; the fits take minutes each on 2 cores
 def test_fit_trains_to_the_single_process_accuracy_and_transform_predicts_as_the_module(spark, digits, tmp_path,
                                                                                         job_token):
     store = Store.create(str(tmp_path / "store"))
@@ -128,7 +127,7 @@ def test_what_the_module_owns_and_petastorms_options_are_refused_before_any_rank
     assert not os.path.exists(tmp_path / "store") or not os.listdir(tmp_path / "store"), os.listdir(tmp_path / "store")
 
 
-@pytest.mark.check_long
+@pytest.mark.check_long  # make check trains each Estimator (the tests above); further fits: make check-long
 def test_a_failing_rank_fails_fit_with_its_error_and_the_run_resumes_from_its_checkpoint(spark, digits, tmp_path,
                                                                                          job_token):
     store = Store.create(str(tmp_path / "store"))
