@@ -3,6 +3,7 @@ runs the ranks, the fit's data written to (or found in) the Store, the run's nam
 ``transform``'s prediction columns computed in the executors by a pandas UDF over Arrow batches. A framework's
 Estimator adds how a model is packed for the ranks and trained there (hvdlite/spark/<framework>/remote.py); its
 Model, how a batch of feature arrays becomes predictions."""
+import importlib
 import time
 import typing
 
@@ -88,6 +89,10 @@ class EstimatorBase(Persistent, Estimator):
             print(f"hvdlite: resuming run {run_id} from {checkpoint_file}")
         return run_id, checkpoint_path, store.read(checkpoint_file)
 
+    def _train_on_ranks(self, backend, remote_module, spec):
+        """Rank 0's return value of remote_module's train(spec) run on every rank of backend."""
+        return backend.run(_train_remote, args=(remote_module, cloudpickle.dumps(spec)))[0]
+
     def _common_spec(self, prepared, checkpoint_path):
         """What every framework's ranks are given, besides the model and its training."""
         store = self.getStore()
@@ -105,6 +110,11 @@ class EstimatorBase(Persistent, Estimator):
                 "terminate_on_nan": self.getTerminateOnNan(), "inmemory_cache_all": self.getInmemoryCacheAll(),
                 "checkpoint_path": checkpoint_path,
                 "checkpoint_name": self._checkpoint_name()}
+
+
+def _train_remote(remote_module, spec_bytes):
+    """On a rank: remote_module's train(spec). The spec crosses as bytes, read once the framework is imported."""
+    return importlib.import_module(remote_module).train(cloudpickle.loads(spec_bytes))
 
 
 class ModelBase(Persistent, Model):

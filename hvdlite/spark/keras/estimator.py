@@ -4,7 +4,6 @@ tasks (hvdlite/spark/keras/remote.py), and returns a KerasModel whose ``transfor
 as columns."""
 import pickle
 
-import cloudpickle
 from pyspark import keyword_only
 
 from hvdlite.spark.common.estimator import MODEL_PARAMS, EstimatorBase, ModelBase, set_kwargs
@@ -55,16 +54,13 @@ class KerasEstimator(EstimatorBase):
                 "optimizer": packing.optimizer_config(self.getOptimizer()), "state": state,
                 "custom_objects": custom_objects, "loss": loss, "loss_weights": self.getLossWeights(),
                 "metrics": self.getMetrics(), "callbacks": self.getCallbacks()}
-        history, final = backend.run(_train_from_bytes, args=(cloudpickle.dumps(spec),))[0]
+        history, final = self._train_on_ranks(backend, "hvdlite.spark.keras.remote", spec)
         model = packing.model_from_bytes(model_bytes, custom_objects)
         model.set_weights(pickle.loads(final)["weights"])
         return KerasModel(history=history, model=model, feature_columns=spec["feature_cols"],
                           label_columns=label_cols, custom_objects=custom_objects,
                           input_shapes=self.getInputShapes(), run_id=run_id)
 
-
-def _train_from_bytes(spec_bytes):
-    return remote.train(cloudpickle.loads(spec_bytes))
 
 
 class KerasModel(ModelBase):

@@ -7,7 +7,6 @@ tensor."""
 import copy
 import io
 
-import cloudpickle
 import torch
 from pyspark import keyword_only
 
@@ -65,17 +64,13 @@ class TorchEstimator(EstimatorBase):
                 trainer_args[name] = self.getOrDefault(getattr(self, name))
         spec = {**self._common_spec(prepared, checkpoint_path), "model": self.getModel(), "checkpoint": checkpoint,
                 "trainer_args": trainer_args, "callbacks": self.getCallbacks()}
-        history, final = backend.run(_train_from_bytes, args=(cloudpickle.dumps(spec),))[0]
+        history, final = self._train_on_ranks(backend, "hvdlite.spark.lightning.remote", spec)
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(torch.load(io.BytesIO(final), map_location="cpu", weights_only=False))
         model.eval()
         return TorchModel(history=history, model=model, feature_columns=spec["feature_cols"],
                           label_columns=spec["label_cols"], input_shapes=self.getInputShapes(), run_id=run_id)
 
-
-def _train_from_bytes(spec_bytes):
-    from hvdlite.spark.lightning import remote
-    return remote.train(cloudpickle.loads(spec_bytes))
 
 
 add_params(TorchEstimator, {**ESTIMATOR_PARAMS, **LIGHTNING_PARAMS})

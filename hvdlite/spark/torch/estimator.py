@@ -4,13 +4,11 @@ remote.py), and returns a TorchModel whose ``transform(df)`` adds the model's pr
 import copy
 import io
 
-import cloudpickle
 import torch
 from pyspark import keyword_only
 
 from hvdlite.spark.common.estimator import MODEL_PARAMS, EstimatorBase, ModelBase, set_kwargs
 from hvdlite.spark.common.params import ESTIMATOR_PARAMS, add_params
-from hvdlite.spark.torch import remote
 
 TORCH_PARAMS = {
     "input_shapes": (None, "each feature column's shape as the model takes it, the batch leading as -1"),
@@ -65,7 +63,7 @@ class TorchEstimator(EstimatorBase):
                 "optimizer_cls": type(self.getOptimizer()), "state": state, "losses": losses,
                 "loss_weights": list(self.getLossWeights() or [1.0] * len(label_cols)),
                 "metrics": list(self.getMetrics() or [])}
-        history, final = backend.run(_train_from_bytes, args=(cloudpickle.dumps(spec),))[0]
+        history, final = self._train_on_ranks(backend, "hvdlite.spark.torch.remote", spec)
         trained = torch.load(io.BytesIO(final), map_location="cpu", weights_only=False)
         model, optimizer = copy.deepcopy(self.getModel()), copy.deepcopy(self.getOptimizer())
         model.load_state_dict(trained["model"])
@@ -75,9 +73,6 @@ class TorchEstimator(EstimatorBase):
                           label_columns=label_cols, input_shapes=self.getInputShapes(), run_id=run_id,
                           loss=self.getLoss(), loss_constructors=self.getLossConstructors())
 
-
-def _train_from_bytes(spec_bytes):
-    return remote.train(cloudpickle.loads(spec_bytes))
 
 
 class TorchModel(ModelBase):
