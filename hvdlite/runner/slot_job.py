@@ -7,7 +7,7 @@ import stat
 import sys
 import tempfile
 
-from . import function_runner
+from . import function_runner, torch_variables
 from .protocol import FUNCTION_ADDRESS_VARIABLE, FUNCTION_SECRET_VARIABLE
 from .slots import ALIAS, MAP_VARIABLE, SECRET_VARIABLE
 
@@ -28,6 +28,15 @@ def _launcher_program(folder):
         stream.write(f"#!/bin/sh\nexec {sys.executable} -m hvdlite.runner.slot_client \"$@\"\n")
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
     return path
+
+
+def _master(registry, env):
+    """torchrun's MASTER_ADDR and MASTER_PORT for the ranks (hvdliterun would name rank 0's host by its alias,
+    which resolves nowhere): rank 0's host's address, loopback where every slot is on one host; unless the caller's
+    env sets them."""
+    if any(name in (env or {}) for name in torch_variables.MASTER_VARIABLES):
+        return {}
+    return torch_variables.master(registry.first_address(), is_local=len(registry.groups()) == 1)
 
 
 def run_on_slots(func, args, kwargs, registry, caller_host, start_timeout=None, mpi_args=None, verbose=False,
@@ -55,7 +64,7 @@ def run_on_slots(func, args, kwargs, registry, caller_host, start_timeout=None, 
                          mpi_args=mpi_args, verbose=verbose,
                          network_interface=",".join(network_interfaces) if network_interfaces else None)
             argv = function_runner._launcher_argv(given, folder, launcher_exec=_launcher_program(folder))
-            job_env = dict(os.environ, **(env or {}), **{
+            job_env = dict(os.environ, **_master(registry, env), **(env or {}), **{
                 FUNCTION_ADDRESS_VARIABLE: f"{caller_host}:{exchange.port}",
                 FUNCTION_SECRET_VARIABLE: exchange.secret,
                 MAP_VARIABLE: os.path.join(folder, "slots.json"), SECRET_VARIABLE: registry.secret})

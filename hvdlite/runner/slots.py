@@ -265,6 +265,11 @@ class SlotRegistry:
             json.dump({alias: [self.slots[indices[0]]["address"], self.slots[indices[0]]["port"]]
                        for alias, indices in self.groups()}, stream)
 
+    def first_address(self):
+        """The address rank 0's host registered from (its first slot's), which the other slots' hosts reach as the
+        driver did: the slots' aliases name no host."""
+        return self.slots[self.groups()[0][1][0]]["address"]
+
     def hosts(self):
         """hvdliterun's -H value: a host per group, as many ranks as it has slots."""
         return ",".join(f"{alias}:{len(indices)}" for alias, indices in self.groups())

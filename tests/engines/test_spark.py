@@ -56,6 +56,23 @@ def test_num_proc_defaults_to_sparks_parallelism(spark, job_token):
     assert hvdlite.spark.run(rank_and_size) == [(0, 2), (1, 2)]  # local[2]
 
 
+def test_torch_distributed_starts_from_torchruns_variables_inside_the_tasks(spark, job_token):
+    def summed():
+        import os
+        import torch
+        import torch.distributed as dist
+        import hvdlite.torch  # noqa: F401 (registers the backend)
+        dist.init_process_group("hvdlite")  # env://, as under torchrun
+        x = torch.tensor([dist.get_rank() + 1.0])
+        dist.all_reduce(x)
+        result = dist.get_rank(), dist.get_world_size(), float(x[0]), os.environ["MASTER_ADDR"]
+        dist.destroy_process_group()
+        return result
+
+    # One host: rank 0's address is loopback (across hosts, its host's: tests/hosts/test_engines_across_hosts.py).
+    assert hvdlite.spark.run(summed, num_proc=2) == [(0, 2, 3.0, "127.0.0.1"), (1, 2, 3.0, "127.0.0.1")]
+
+
 class Lines:
     """An object with write(str), as spark.run's stdout takes: what the ranks printed, line by line."""
 

@@ -2,7 +2,8 @@
 with a worker on each of two hosts, and a Ray head on one host with a worker node on the other, each started here
 as an operator would and stopped by the teardown (every process of the hosts), also when the test fails. The
 driver runs on the first host; the job's two ranks land one on each host (each says its host name), see one
-rank per host, and all-reduce across the bridge. On the Spark cluster the TorchEstimator then fits scikit-learn's
+rank per host, and all-reduce across the bridge, through hvdlite and through torch.distributed started from torchrun's
+variables (MASTER_ADDR naming rank 0's host). On the Spark cluster the TorchEstimator then fits scikit-learn's
 digits (its Store on a path both hosts reach) and transforms them in the executors of both hosts."""
 import json
 import os
@@ -25,10 +26,17 @@ RANK_REPORT = '''
 def report():
     import socket
     import numpy as np
-    import hvdlite as hvd
+    import torch
+    import torch.distributed as dist
+    import hvdlite.torch as hvd
     hvd.init()
     total = hvd.allreduce(np.array([hvd.rank() + 1.0]), op=hvd.Sum, name="total")
-    return hvd.rank(), socket.gethostname(), hvd.local_size(), float(total[0])
+    # torch.distributed as a torchrun script starts it (env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE).
+    dist.init_process_group("hvdlite")
+    summed = torch.tensor([hvd.rank() + 1.0])
+    dist.all_reduce(summed)
+    dist.destroy_process_group()
+    return hvd.rank(), socket.gethostname(), hvd.local_size(), float(total[0]), float(summed[0])
 '''
 
 SPARK_DRIVER = RANK_REPORT + '''
@@ -97,8 +105,8 @@ def check_results(output):
     assert "RESULT " in output, output[-6000:]
     results = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     assert [rank for rank, *_ in results] == [0, 1]
-    assert sorted(host for _, host, _, _ in results) == ["h1", "h2"], results
-    assert all(local_size == 1 and total == 3.0 for _, _, local_size, total in results), results
+    assert sorted(host for _, host, _, _, _ in results) == ["h1", "h2"], results
+    assert all(local_size == 1 and total == summed == 3.0 for _, _, local_size, total, summed in results), results
 
 
 @pytest.mark.timeout(360)

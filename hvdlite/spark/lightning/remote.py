@@ -163,7 +163,7 @@ class HvdliteEnvironment:
 
 def _host_address(single_host):
     """An address of rank 0's host that the other ranks reach: loopback where they all run on it; else MASTER_ADDR
-    where it names a host (Spark's slots set it to a slot's name, which does not), else this host's first IPv4
+    where it names a host (a Spark job's ranks get their rank 0's host's address), else this host's first IPv4
     address."""
     if single_host:
         return "127.0.0.1"
