@@ -23,6 +23,7 @@ import torch
 import hvdlite.torch as hvd
 from hvdlite.runner.report_port import ipv4_addresses
 from hvdlite.spark.common import reader
+from hvdlite.spark.torch.remote import batch_tensors
 
 
 def train(spec):
@@ -39,7 +40,8 @@ def train(spec):
     # all-reduce in each step.
     val_steps = spec["validation_steps_per_epoch"] or (
         max(1, val_groups.rows // (size * spec["val_batch_size"])) if val_groups else 0)
-    to_tensors = _Tensors(spec["feature_cols"], spec["input_shapes"], spec["transformation_fn"])
+    to_tensors = functools.partial(batch_tensors, features=spec["feature_cols"], shapes=spec["input_shapes"],
+                                   transformation_fn=spec["transformation_fn"])
     train_data = _Batches(groups, columns, rank, size, spec["batch_size"], steps, spec["random_seed"],
                           spec["shuffle"], to_tensors)
     val_data = _Batches(val_groups, columns, rank, size, spec["val_batch_size"], val_steps, spec["random_seed"], False,
@@ -175,25 +177,6 @@ def _host_address(single_host):
         except OSError:
             pass
     return next(iter(ipv4_addresses()), socket.getfqdn())
-
-
-class _Tensors:
-    """A batch's arrays as tensors: {column: tensor}, features shaped as input_shapes say, after transformation_fn."""
-
-    def __init__(self, features, shapes, transformation_fn):
-        self.features, self.shapes, self.transformation_fn = features, shapes, transformation_fn
-
-    def __call__(self, batch):
-        if self.transformation_fn is not None:
-            batch = self.transformation_fn(batch)
-        tensors = {}
-        for name, values in batch.items():
-            tensor = torch.tensor(values)  # a copy: the reader's arrays are read-only views of Arrow's
-            tensor = tensor.float() if tensor.is_floating_point() else tensor
-            if self.shapes and name in self.features:
-                tensor = tensor.reshape(self.shapes[self.features.index(name)])
-            tensors[name] = tensor
-        return tensors
 
 
 class _Batches(torch.utils.data.IterableDataset):

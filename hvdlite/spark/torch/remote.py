@@ -39,18 +39,10 @@ def train(spec):
     shapes = spec["input_shapes"]
 
     def tensors(batch):
-        if spec["transformation_fn"] is not None:
-            batch = spec["transformation_fn"](batch)
-        inputs = []
-        for i, name in enumerate(features):
-            x = torch.tensor(batch[name])  # a copy: the reader's arrays are read-only views of Arrow's
-            x = x.float() if x.is_floating_point() else x
-            inputs.append((x.reshape(shapes[i]) if shapes else x).to(device))
-        targets = []
-        for name in labels:
-            y = torch.tensor(batch[name])
-            targets.append((y.float() if y.is_floating_point() else y.long()).to(device))
-        weights = torch.as_tensor(batch[weight], dtype=torch.float32, device=device) if weight else None
+        columns = batch_tensors(batch, features, shapes, spec["transformation_fn"])
+        inputs = [columns[name].to(device) for name in features]
+        targets = [(y if y.is_floating_point() else y.long()).to(device) for y in (columns[n] for n in labels)]
+        weights = columns[weight].float().to(device) if weight else None
         return inputs, targets, weights
 
     def forward(batch):
@@ -124,3 +116,19 @@ def train(spec):
         result = (history, buffer.getvalue())
     hvd.shutdown()
     return result
+
+
+def batch_tensors(batch, features, shapes, transformation_fn):
+    """A batch's arrays ({column: array}, after transformation_fn) as {column: tensor}: copies (the reader's arrays
+    are read-only views of Arrow's), floating point as float32, feature columns shaped as input_shapes say."""
+    import torch
+    if transformation_fn is not None:
+        batch = transformation_fn(batch)
+    tensors = {}
+    for name, values in batch.items():
+        tensor = torch.tensor(values)
+        tensor = tensor.float() if tensor.is_floating_point() else tensor
+        if shapes and name in features:
+            tensor = tensor.reshape(shapes[features.index(name)])
+        tensors[name] = tensor
+    return tensors
