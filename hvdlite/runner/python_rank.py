@@ -4,6 +4,11 @@ whole job (without it the failing rank hangs in MPI_Finalize and hydra never end
 the rank's output goes through a copier (rank_output.py), and the abort would end the job before the copier had passed
 on the rank's traceback: so the rank first waits for its copier to have passed on everything. This is the program's
 side of that wait; it imports no more than it needs, since every Python rank starts through it.
+
+An unbuffered Python (PYTHONUNBUFFERED, which Spark sets for its workers and so for the ranks of its slots; python
+-u) writes a print's text and its newline in two writes; MPI's launcher forwards the ranks' output as it reads it, so
+another rank's line could land between them. The rank's stdout and stderr are made line-buffered instead: each line
+still leaves as soon as it ends, in one write.
 """
 import atexit
 import os
@@ -44,7 +49,15 @@ def flush_through_copier(channel, timeout=_FLUSH_WAIT):
         pass
 
 
+def whole_lines():
+    """Unbuffered (write-through) standard streams become line-buffered: a line is written at once and whole."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "write_through", False):
+            stream.reconfigure(write_through=False, line_buffering=True)
+
+
 def main():
+    whole_lines()
     channel = copier_channel()
     if channel is not None:
         # mpi4py calls MPI_Abort (or MPI_Finalize) from a C exit hook (Py_AtExit), after every atexit function.

@@ -83,23 +83,30 @@ class Lines:
         self.text.append(text)
 
 
-def test_prefix_output_with_timestamp_starts_each_line_of_the_ranks_output_with_its_time(spark, job_token):
+LINES_A_RANK = 2000
+
+
+def test_each_line_of_the_ranks_output_arrives_whole_and_with_its_time_when_asked(spark, job_token):
+    # Unbuffered ranks (PYTHONUNBUFFERED: Spark sets it for its workers, and a user's may) once wrote a print's text
+    # and its newline in two writes, and the other rank's line could land between them (python_rank.whole_lines).
     def says_hello():
         import hvdlite as hvd
         hvd.init()
-        print(f"rank {hvd.rank()} says hello", flush=True)
+        for line in range(LINES_A_RANK):
+            print(f"rank {hvd.rank()} says hello {line}", flush=True)
 
+    expected = sorted(f"rank {rank} says hello {line}" for rank in range(2) for line in range(LINES_A_RANK))
     stamped, plain = Lines(), Lines()
     began = datetime.datetime.now()
-    hvdlite.spark.run(says_hello, num_proc=2, stdout=stamped, prefix_output_with_timestamp=True)
+    unbuffered = {"PYTHONUNBUFFERED": "1"}
+    hvdlite.spark.run(says_hello, num_proc=2, stdout=stamped, prefix_output_with_timestamp=True, env=unbuffered)
     ended = datetime.datetime.now()
-    hvdlite.spark.run(says_hello, num_proc=2, stdout=plain)
+    hvdlite.spark.run(says_hello, num_proc=2, stdout=plain, env=unbuffered)
     hellos = [line for line in "".join(stamped.text).splitlines() if "says hello" in line]
-    assert sorted(line.split(" ", 1)[1] for line in hellos) == ["rank 0 says hello", "rank 1 says hello"], stamped.text
+    assert sorted(line.split(" ", 1)[1] for line in hellos) == expected, stamped.text
     for line in hellos:
         assert began <= datetime.datetime.fromisoformat(line.split(" ", 1)[0]) <= ended, line
-    assert sorted(line for line in "".join(plain.text).splitlines() if "says hello" in line) == [
-        "rank 0 says hello", "rank 1 says hello"], plain.text
+    assert sorted(line for line in "".join(plain.text).splitlines() if "says hello" in line) == expected, plain.text
 
 
 def test_a_raising_rank_fails_the_run_with_its_traceback(spark, job_token):
