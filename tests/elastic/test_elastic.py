@@ -63,7 +63,8 @@ def test_a_killed_rank_resumes_from_the_last_commit_bitwise_equal(tmp_path, unin
     assert commit_folders_here() == before, "the finished job left its commits behind"
 
 
-@pytest.mark.parametrize("loop", ["model.fit", pytest.param("custom loop", marks=pytest.mark.long)])
+@pytest.mark.long  # make check: make test resumes the torch program (above) through the same launcher and commits
+@pytest.mark.parametrize("loop", ["model.fit", "custom loop"])
 def test_keras_and_a_tensorflow_custom_loop_resume_bitwise_equal(tmp_path, loop):
     env = dict(TF_QUIET)
     mode = ["--custom-loop"] if loop == "custom loop" else []

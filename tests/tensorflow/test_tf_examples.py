@@ -25,7 +25,9 @@ def run_example(script, nranks, tmp_path):
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("script", ["keras_digits.py", pytest.param("tf_digits_tape.py", marks=pytest.mark.long)])
+# Whole training programs (make check): make test has the quick training tests of the same parts (test_tf_training.py).
+@pytest.mark.long
+@pytest.mark.parametrize("script", ["keras_digits.py", "tf_digits_tape.py"])
 def test_two_ranks_reach_the_accuracy_of_one(script, tmp_path):
     one = run_example(script, 1, tmp_path)
     two = run_example(script, 2, tmp_path)

@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from harness.processes import ROOT
+
+pytestmark = pytest.mark.long  # whole benchmark programs (make check)
 
 BENCH = os.path.join(ROOT, "bench", "torch_synthetic.py")
 

@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from harness.processes import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "torch_digits.py")
@@ -26,6 +28,7 @@ def train(nranks):
     return float(final.group(2))
 
 
+@pytest.mark.long  # a whole training program (make check); make test has the quick training tests of the same parts
 def test_two_ranks_reach_the_single_rank_accuracy():
     one, two = train(1), train(2)
     assert one > 95.0 and two > 95.0, (one, two)
