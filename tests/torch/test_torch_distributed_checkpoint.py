@@ -6,6 +6,7 @@ import os
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from harness.processes import run, with_hvdlite_importable
@@ -64,6 +65,8 @@ dist.destroy_process_group()
 """
 
 
+# Two whole jobs (make check); make test trains FSDP2 on the backend (test_torch_distributed_training.py).
+@pytest.mark.long
 def test_saved_by_two_ranks_loaded_by_three(tmp_path):
     program = tmp_path / "dcp_program.py"
     program.write_text(textwrap.dedent(PROGRAM))
