@@ -25,7 +25,7 @@ def run_example(script, nranks, tmp_path):
 
 
 @pytest.mark.timeout(420)
-# Whole training programs (make check): make test has the quick training tests of the same parts (test_tf_training.py).
+# Whole training programs (make check): make test has quick training tests of the same parts (test_tf_training.py).
 @pytest.mark.long
 @pytest.mark.parametrize("script", ["keras_digits.py", "tf_digits_tape.py"])
 def test_two_ranks_reach_the_accuracy_of_one(script, tmp_path):
